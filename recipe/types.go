@@ -1,0 +1,154 @@
+// Package recipe loads, validates and resolves os-builder recipes: a base OS
+// plus an ordered list of layers, each layer in its own YAML file so that
+// several recipes can share it.
+package recipe
+
+// Recipe is the top-level document passed to `builder build`.
+type Recipe struct {
+	// Name of the image, e.g. "hypervisor". Required.
+	Name string `json:"name"`
+	// Version of the image, free-form (e.g. "1.2.0"). Required.
+	Version string `json:"version"`
+	// Base is the distribution the image starts from. Required.
+	Base Base `json:"base"`
+	// Layers are layer files, relative to the recipe file, applied in order.
+	Layers []string `json:"layers,omitempty"`
+	// UnitsDir is where layer units are looked up, relative to the recipe
+	// file. Default "../units".
+	UnitsDir string `json:"unitsDir,omitempty"`
+	// Kernel configures the live kernel command line.
+	Kernel Kernel `json:"kernel,omitempty"`
+	// Outputs chooses the artifacts: pxe (default), uki, disk, iso.
+	Outputs []string `json:"outputs,omitempty"`
+	// Exclude names layers to leave out of this build (also settable from the
+	// CLI); what was left out is recorded in the output manifest.
+	Exclude []string `json:"exclude,omitempty"`
+
+	// Resolved holds the layers after include resolution, in apply order.
+	// Filled by Load; never read from YAML.
+	Resolved []*Layer `json:"resolved,omitempty"`
+	// Path is the recipe file this was loaded from. Filled by Load.
+	Path string `json:"-"`
+}
+
+// Base is the distribution a recipe starts from.
+type Base struct {
+	// Distribution: only "debian" today.
+	Distribution string `json:"distribution"`
+	// Release: bookworm (default) or trixie.
+	Release string `json:"release,omitempty"`
+	// Architecture: amd64 (default) or arm64.
+	Architecture string `json:"architecture,omitempty"`
+	// Mirror is the Debian archive URL; default http://deb.debian.org/debian.
+	Mirror string `json:"mirror,omitempty"`
+	// Components, default [main].
+	Components []string `json:"components,omitempty"`
+	// Packages installed by mmdebstrap on top of the "required" set.
+	Packages []string `json:"packages,omitempty"`
+}
+
+// Kernel configures the kernel command line baked into boot artifacts.
+type Kernel struct {
+	// Cmdline is appended after the builder's own parameters.
+	Cmdline string `json:"cmdline,omitempty"`
+	// Modules are extra kernel modules to put into the initrd (with their
+	// dependencies), beyond those the init needs.
+	Modules []string `json:"modules,omitempty"`
+}
+
+// Layer is one composable piece of an image, in its own file.
+type Layer struct {
+	// Name, unique within a resolved recipe. Required.
+	Name string `json:"name"`
+	// Include lists other layer files (relative to this one) applied before
+	// this layer. Each layer is applied once, at its first position.
+	Include []string `json:"include,omitempty"`
+	// Packages are Debian packages to install.
+	Packages []string `json:"packages,omitempty"`
+	// Files are copied from the repository into the image.
+	Files []File `json:"files,omitempty"`
+	// Units are systemd units from the units directory.
+	Units []Unit `json:"units,omitempty"`
+	// Users and Groups are created through systemd-sysusers.
+	Users  []User  `json:"users,omitempty"`
+	Groups []Group `json:"groups,omitempty"`
+	// OCI extracts chosen paths from OCI images.
+	OCI []OCISource `json:"oci,omitempty"`
+	// Go builds Go programs from pinned module versions.
+	Go []GoBuild `json:"go,omitempty"`
+	// Cmdline is appended to the kernel command line.
+	Cmdline string `json:"cmdline,omitempty"`
+
+	// Path is the file this layer was loaded from. Filled by Load.
+	Path string `json:"path,omitempty"`
+}
+
+// File copies a file or directory tree from the repository into the image.
+type File struct {
+	// Source path, relative to the layer file. Required.
+	Source string `json:"source"`
+	// Destination absolute path in the image. Required.
+	Destination string `json:"destination"`
+	// Mode as an octal string, e.g. "0644". Default: the source's mode.
+	Mode string `json:"mode,omitempty"`
+	// Owner and Group, names or numbers; default root.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+// Unit installs a systemd unit file from the units directory.
+type Unit struct {
+	// Name of the unit file, e.g. "libvirt-provider.service". Required.
+	Name string `json:"name"`
+	// Enable creates the wants/requires links its [Install] section asks for.
+	Enable bool `json:"enable,omitempty"`
+}
+
+// User is a system user, created with systemd-sysusers.
+type User struct {
+	Name string `json:"name"`
+	// UID, optional; allocated by sysusers when absent.
+	UID *int `json:"uid,omitempty"`
+	// Group is the primary group; default a group of the user's name.
+	Group string `json:"group,omitempty"`
+	// Groups are supplementary groups.
+	Groups []string `json:"groups,omitempty"`
+	Home   string   `json:"home,omitempty"`
+	Shell  string   `json:"shell,omitempty"`
+	// Description is the GECOS field.
+	Description string `json:"description,omitempty"`
+}
+
+// Group is a system group, created with systemd-sysusers.
+type Group struct {
+	Name string `json:"name"`
+	GID  *int   `json:"gid,omitempty"`
+}
+
+// OCISource copies paths out of an OCI image's flattened filesystem.
+type OCISource struct {
+	// Image reference; must carry a digest (name@sha256:... or
+	// name:tag@sha256:...) so that what is built is what was reviewed.
+	Image string `json:"image"`
+	// Paths maps a path in the image to a path in the built OS.
+	Paths map[string]string `json:"paths"`
+}
+
+// GoBuild builds a Go program from a pinned module version with
+// `go build -trimpath`.
+type GoBuild struct {
+	// Module path, e.g. github.com/ironcore-dev/libvirt-provider. Required.
+	Module string `json:"module"`
+	// Version, an exact module version (no "latest"). Required.
+	Version string `json:"version"`
+	// Package inside the module, e.g. "./cmd/libvirt-provider"; default ".".
+	Package string `json:"package,omitempty"`
+	// Binary is the destination path in the image. Required.
+	Binary string `json:"binary"`
+	// CGO enables cgo (off by default).
+	CGO bool `json:"cgo,omitempty"`
+	// Tags are build tags.
+	Tags []string `json:"tags,omitempty"`
+	// Ldflags are passed to the linker.
+	Ldflags string `json:"ldflags,omitempty"`
+}
