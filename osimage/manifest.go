@@ -1,0 +1,43 @@
+package osimage
+
+// ManifestFile is the name of the build manifest in an output directory.
+const ManifestFile = "manifest.json"
+
+// ArtifactKind says what one output file is.
+type ArtifactKind string
+
+const (
+	KindKernel  ArtifactKind = "kernel"  // vmlinuz
+	KindInitrd  ArtifactKind = "initrd"  // initrd.img (zstd newc cpio, root image inside)
+	KindRootfs  ArtifactKind = "rootfs"  // root.squashfs, the read-only root on its own
+	KindCmdline ArtifactKind = "cmdline" // cmdline, plain text
+	KindUKI     ArtifactKind = "uki"     // uki.efi
+	KindDisk    ArtifactKind = "disk"    // disk.raw, GPT
+	KindISO     ArtifactKind = "iso"     // image.iso, El Torito EFI
+)
+
+// BuildManifest is manifest.json: what a build produced and from what. The
+// builder writes it last, after every artifact is in place, so its presence
+// marks a complete output directory.
+type BuildManifest struct {
+	Recipe          string            `json:"recipe"`
+	Version         string            `json:"version"`
+	Architecture    string            `json:"architecture"`
+	SourceDateEpoch int64             `json:"sourceDateEpoch"`
+	Cmdline         string            `json:"cmdline"`
+	OSRelease       map[string]string `json:"osRelease,omitempty"`
+	// Layers applied, in order; ExcludedLayers were left out on purpose.
+	Layers         []string `json:"layers"`
+	ExcludedLayers []string `json:"excludedLayers,omitempty"`
+	// Packages maps each installed Debian package to its version.
+	Packages  map[string]string `json:"packages,omitempty"`
+	Artifacts []Artifact        `json:"artifacts"`
+}
+
+// Artifact is one file of an output directory.
+type Artifact struct {
+	Kind   ArtifactKind `json:"kind"`
+	Path   string       `json:"path"` // relative to the output directory
+	Size   int64        `json:"size"`
+	SHA256 string       `json:"sha256"` // hex
+}
