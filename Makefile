@@ -1,0 +1,48 @@
+# os-builder. `make test` and `make hypervisor` set up what they need.
+SHELL := /bin/bash
+GO ?= go
+export PATH := /usr/local/go/bin:$(PATH)
+export GONOSUMDB := github.com/ironcore-dev
+# One cache for builds, tests and benchmarks; kept between runs.
+export OSB_CACHE_DIR ?= /var/tmp/os-builder-cache
+
+# Debian packages the builds and the tests need.
+HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
+	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
+	mtools xorriso binutils systemd ca-certificates git
+
+.PHONY: setup builder test bench hypervisor test-image vet fmt-check clean
+
+setup: ## install host packages (idempotent)
+	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "setup: installing$$(echo ' '$$missing)"; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+builder: ## build bin/builder and bin/serverboot
+	$(GO) build -o bin/ ./cmd/...
+
+# The test recipe's output, built once (cached) and shared by every test
+# that boots a real image.
+test-image: setup builder
+	bin/builder build recipes/test.yaml --output out/test
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+test: setup fmt-check vet test-image ## everything CI runs
+	OSB_TEST_OUTPUT=$(CURDIR)/out/test $(GO) test -timeout 80m ./...
+
+bench: setup builder ## benchmarks (see README)
+	OSB_TEST_OUTPUT=$(CURDIR)/out/test $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+hypervisor: setup builder ## the main job
+	bin/builder build recipes/hypervisor.yaml
+
+clean:
+	rm -rf bin out

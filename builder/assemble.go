@@ -1,0 +1,360 @@
+package builder
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/coreos/go-systemd/v22/unit"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+const assembleVersion = "3"
+
+// Files the assemble step leaves in its output directory.
+const (
+	rootImage     = "root.squashfs"
+	kernelImage   = "vmlinuz"
+	kernelRelease = "kernel-release"
+	osReleaseFile = "os-release"
+	stubFile      = "linuxx64.efi.stub"
+	modulesDir    = "modules"
+)
+
+// assembleStep lays the layers over the bootstrapped tree (files, units,
+// users, extracted and built binaries) and packs the result as the
+// read-only root image. It also lifts out what later steps need from the
+// tree: the kernel, its modules, os-release and the UEFI stub.
+type assembleStep struct {
+	r         *recipe.Recipe
+	bootstrap string   // bootstrap step output
+	binaries  []binary // outputs of the oci and go steps
+	modules   []string
+	epoch     int64
+	work      string
+}
+
+// binary is one file produced by an oci or go step, bound for dest.
+type binary struct {
+	src, dest string
+	step      string
+}
+
+func (s *assembleStep) Name() string { return "assemble" }
+
+func (s *assembleStep) Inputs() (cache.Inputs, error) {
+	var in cache.Inputs
+	in.Add("step-version", assembleVersion)
+	d, err := digestFile(filepath.Join(s.bootstrap, rootfsTar))
+	if err != nil {
+		return nil, err
+	}
+	in.AddDigest("bootstrap", d)
+	for _, f := range s.r.Files() {
+		d, err := digestTree(f.Source)
+		if err != nil {
+			return nil, fmt.Errorf("file %s: %w", f.Source, err)
+		}
+		in.Add("file:"+f.Destination, d+" "+f.Mode+" "+f.Owner+":"+f.Group)
+	}
+	for _, u := range s.r.Units() {
+		d, err := digestFile(u.Path)
+		if err != nil {
+			return nil, err
+		}
+		in.Add("unit:"+u.Name, d+" enable="+strconv.FormatBool(u.Enable))
+	}
+	in.Add("sysusers", s.sysusers())
+	for _, b := range s.binaries {
+		d, err := digestFile(b.src)
+		if err != nil {
+			return nil, err
+		}
+		in.AddDigest("binary:"+b.dest, d)
+	}
+	in.Add("modules", strings.Join(s.modules, ","))
+	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	return in, nil
+}
+
+func (s *assembleStep) Run(ctx context.Context, out string) error {
+	root, err := os.MkdirTemp(s.work, "rootfs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", root); err != nil {
+		return fmt.Errorf("unpack bootstrap: %w", err)
+	}
+	if err := s.applyFiles(ctx, root); err != nil {
+		return err
+	}
+	if err := s.applyUnits(root); err != nil {
+		return err
+	}
+	if err := s.applyUsers(ctx, root); err != nil {
+		return err
+	}
+	for _, b := range s.binaries {
+		if err := copyFile(b.src, filepath.Join(root, b.dest), 0o755); err != nil {
+			return fmt.Errorf("install %s from %s: %w", b.dest, b.step, err)
+		}
+	}
+	if err := s.lift(root, out); err != nil {
+		return err
+	}
+	// A fresh machine-id on first boot: systemd fills an empty file.
+	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
+		return err
+	}
+	_ = os.Remove(filepath.Join(root, "var/lib/dbus/machine-id"))
+	return mksquashfs(ctx, root, filepath.Join(out, rootImage), s.epoch)
+}
+
+func (s *assembleStep) applyFiles(ctx context.Context, root string) error {
+	for _, f := range s.r.Files() {
+		dest := filepath.Join(root, f.Destination)
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return err
+		}
+		_ = os.RemoveAll(dest)
+		// cp -a keeps symlinks and directory trees as they are in the repo.
+		if err := run(ctx, "cp", "-a", "--no-preserve=ownership", f.Source, dest); err != nil {
+			return fmt.Errorf("file %s (layer %s): %w", f.Destination, f.Layer, err)
+		}
+		if f.Mode != "" {
+			m, err := strconv.ParseUint(f.Mode, 8, 32)
+			if err != nil {
+				return fmt.Errorf("file %s: mode %q: %w", f.Destination, f.Mode, err)
+			}
+			if err := os.Chmod(dest, os.FileMode(m)); err != nil {
+				return err
+			}
+		}
+		owner, group := f.Owner, f.Group
+		if owner == "" {
+			owner = "root"
+		}
+		if group == "" {
+			group = "root"
+		}
+		// Names resolve against the image's passwd, so run chown there.
+		if err := run(ctx, "chroot", root, "chown", "-R", owner+":"+group, f.Destination); err != nil {
+			return fmt.Errorf("file %s: owner %s:%s: %w", f.Destination, owner, group, err)
+		}
+	}
+	return nil
+}
+
+// applyUnits installs unit files and enables them the way `systemctl enable`
+// would, by the links their [Install] section asks for, but without
+// needing systemd to run.
+func (s *assembleStep) applyUnits(root string) error {
+	sysdir := filepath.Join(root, "usr/lib/systemd/system")
+	for _, u := range s.r.Units() {
+		if err := copyFile(u.Path, filepath.Join(sysdir, u.Name), 0o644); err != nil {
+			return fmt.Errorf("unit %s: %w", u.Name, err)
+		}
+		if !u.Enable {
+			continue
+		}
+		f, err := os.Open(u.Path)
+		if err != nil {
+			return err
+		}
+		opts, err := unit.DeserializeOptions(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("unit %s: %w", u.Name, err)
+		}
+		for _, o := range opts {
+			if o.Section != "Install" {
+				continue
+			}
+			var linkDir string
+			switch o.Name {
+			case "WantedBy":
+				linkDir = ".wants"
+			case "RequiredBy":
+				linkDir = ".requires"
+			case "Alias":
+				for _, a := range strings.Fields(o.Value) {
+					if err := symlink("/usr/lib/systemd/system/"+u.Name, filepath.Join(root, "etc/systemd/system", a)); err != nil {
+						return err
+					}
+				}
+				continue
+			default:
+				continue
+			}
+			for _, target := range strings.Fields(o.Value) {
+				link := filepath.Join(root, "etc/systemd/system", target+linkDir, u.Name)
+				if err := symlink("/usr/lib/systemd/system/"+u.Name, link); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sysusers renders the recipe's users and groups as a sysusers.d file.
+func (s *assembleStep) sysusers() string {
+	var b strings.Builder
+	b.WriteString("# Generated by os-builder from the recipe's users and groups.\n")
+	for _, g := range s.r.Groups() {
+		id := "-"
+		if g.GID != nil {
+			id = strconv.Itoa(*g.GID)
+		}
+		fmt.Fprintf(&b, "g %s %s\n", g.Name, id)
+	}
+	for _, u := range s.r.Users() {
+		id := "-"
+		if u.UID != nil {
+			id = strconv.Itoa(*u.UID)
+			if u.Group != "" {
+				id += ":" + u.Group
+			}
+		} else if u.Group != "" {
+			id = "-:" + u.Group
+		}
+		desc := u.Description
+		if desc == "" {
+			desc = "-"
+		} else {
+			desc = strconv.Quote(desc)
+		}
+		home, shell := u.Home, u.Shell
+		if home == "" {
+			home = "-"
+		}
+		if shell == "" {
+			shell = "-"
+		}
+		fmt.Fprintf(&b, "u %s %s %s %s %s\n", u.Name, id, desc, home, shell)
+		groups := append([]string(nil), u.Groups...)
+		sort.Strings(groups)
+		for _, g := range groups {
+			fmt.Fprintf(&b, "m %s %s\n", u.Name, g)
+		}
+	}
+	return b.String()
+}
+
+func (s *assembleStep) applyUsers(ctx context.Context, root string) error {
+	if len(s.r.Users()) == 0 && len(s.r.Groups()) == 0 {
+		return nil
+	}
+	conf := filepath.Join(root, "usr/lib/sysusers.d/os-builder.conf")
+	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(conf, []byte(s.sysusers()), 0o644); err != nil {
+		return err
+	}
+	// Create them now too, so files can be owned by them and the image's
+	// passwd is complete without a first-boot step.
+	if err := run(ctx, "systemd-sysusers", "--root="+root, "/usr/lib/sysusers.d/os-builder.conf"); err != nil {
+		return fmt.Errorf("users: %w", err)
+	}
+	// Home directories sysusers does not create.
+	for _, u := range s.r.Users() {
+		if u.Home == "" || u.Home == "/" || strings.HasPrefix(u.Home, "/nonexistent") {
+			continue
+		}
+		h := filepath.Join(root, u.Home)
+		if err := os.MkdirAll(h, 0o750); err != nil {
+			return err
+		}
+		grp := u.Group
+		if grp == "" {
+			grp = u.Name
+		}
+		if err := run(ctx, "chroot", root, "chown", u.Name+":"+grp, u.Home); err != nil {
+			return fmt.Errorf("user %s home: %w", u.Name, err)
+		}
+	}
+	return nil
+}
+
+// lift copies the kernel, its modules, os-release and the UEFI stub out of
+// the tree for the steps that make boot artifacts.
+func (s *assembleStep) lift(root, out string) error {
+	kvers, err := filepath.Glob(filepath.Join(root, "lib/modules/*"))
+	if err != nil || len(kvers) == 0 {
+		return fmt.Errorf("no kernel in the image: add linux-image-%s to the packages", s.r.Base.Architecture)
+	}
+	if len(kvers) > 1 {
+		return fmt.Errorf("more than one kernel in the image: %v", kvers)
+	}
+	kver := filepath.Base(kvers[0])
+	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+kver), filepath.Join(out, kernelImage), 0o644); err != nil {
+		return fmt.Errorf("kernel %s: %w", kver, err)
+	}
+	if err := os.WriteFile(filepath.Join(out, kernelRelease), []byte(kver+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := copyFile(filepath.Join(root, "usr/lib/os-release"), filepath.Join(out, osReleaseFile), 0o644); err != nil {
+		return fmt.Errorf("os-release: %w", err)
+	}
+	stub := filepath.Join(root, "usr/lib/systemd/boot/efi", stubFile)
+	if _, err := os.Stat(stub); err == nil {
+		if err := copyFile(stub, filepath.Join(out, stubFile), 0o644); err != nil {
+			return err
+		}
+	}
+	return liftModules(root, kver, s.modules, filepath.Join(out, modulesDir))
+}
+
+// readKernelRelease reads what lift wrote.
+func readKernelRelease(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, kernelRelease))
+	return strings.TrimSpace(string(b)), err
+}
+
+// parseOSRelease reads an os-release file into a map.
+func parseOSRelease(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if uq, err := strconv.Unquote(v); err == nil {
+			v = uq
+		} else {
+			v = strings.Trim(v, `'"`)
+		}
+		m[k] = v
+	}
+	return m, sc.Err()
+}
+
+func mksquashfs(ctx context.Context, root, out string, epoch int64) error {
+	e := strconv.FormatInt(epoch, 10)
+	// zstd: fast to decompress at boot; fixed times and no fragments of
+	// nondeterministic order keep the image reproducible.
+	cmd := exec.CommandContext(ctx, "mksquashfs", root, out,
+		"-noappend", "-comp", "zstd", "-Xcompression-level", "15", "-b", "1M",
+		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", "2")
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+e)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mksquashfs: %w\n%s", err, tail(string(b), 20))
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// bootstrapVersion changes whenever the bootstrap step's behaviour changes,
+// so old cache entries stop matching.
+const bootstrapVersion = "4"
+
+// rootfsTar is the bootstrap step's output: the package-installed tree.
+const (
+	rootfsTar    = "rootfs.tar"
+	packagesList = "packages.tsv"
+)
+
+// bootstrapStep installs the base and every layer's Debian packages with
+// mmdebstrap into a tarball. Its key is the requested package set, not the
+// versions apt resolves: like mkosi's cache, an entry stays valid until the
+// set changes or it is pruned (`builder cache prune`, `--no-cache`); the
+// versions it got are recorded in the output manifest.
+type bootstrapStep struct {
+	r        *recipe.Recipe
+	packages []string
+	epoch    int64
+	log      *Reporter
+}
+
+func (s *bootstrapStep) Name() string { return "bootstrap" }
+
+func (s *bootstrapStep) Inputs() (cache.Inputs, error) {
+	b := s.r.Base
+	var in cache.Inputs
+	in.Add("step-version", bootstrapVersion)
+	in.Add("distribution", b.Distribution+"/"+b.Release+"/"+b.Architecture)
+	in.Add("mirror", b.Mirror)
+	in.Add("components", strings.Join(b.Components, ","))
+	in.Add("packages", strings.Join(s.packages, "\n"))
+	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	return in, nil
+}
+
+// The builder makes its own initrd, so initramfs-tools' hooks must never run
+// inside the image (each run costs minutes): divert update-initramfs to
+// true(1) before any package is installed.
+const noInitramfsHook = `chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/sbin/update-initramfs.osb-distrib --add /usr/sbin/update-initramfs && ln -sf /bin/true "$1/usr/sbin/update-initramfs"`
+
+func (s *bootstrapStep) Run(ctx context.Context, out string) error {
+	b := s.r.Base
+	args := []string{
+		"--variant=apt",
+		"--mode=root",
+		"--format=tar",
+		"--arch=" + b.Architecture,
+		"--components=" + strings.Join(b.Components, ","),
+		"--essential-hook=" + noInitramfsHook,
+		// Documentation and translations are dead weight on a node.
+		"--dpkgopt=path-exclude=/usr/share/doc/*",
+		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
+		"--dpkgopt=path-exclude=/usr/share/man/*",
+		"--dpkgopt=path-exclude=/usr/share/info/*",
+		"--dpkgopt=path-exclude=/usr/share/locale/*",
+		"--dpkgopt=path-include=/usr/share/locale/locale.alias",
+		"--customize-hook=rm -f \"$1\"/boot/initrd.img* \"$1\"/initrd.img*",
+		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin \"$1\"/var/log/*.log \"$1\"/var/log/apt/*",
+		"--customize-hook=dpkg-query --admindir=\"$1/var/lib/dpkg\" -W -f='${Package}\\t${Version}\\n' > " + shellQuote(filepath.Join(out, packagesList)),
+	}
+	if len(s.packages) > 0 {
+		args = append(args, "--include="+strings.Join(s.packages, ","))
+	}
+	args = append(args, b.Release, filepath.Join(out, rootfsTar), b.Mirror)
+	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(s.epoch, 10))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Stdout = &stderr
+	if err := cmd.Run(); err != nil {
+		if located := s.unknownPackages(stderr.String()); located != nil {
+			return located
+		}
+		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(stderr.String(), 40))
+	}
+	return nil
+}
+
+var unableToLocate = regexp.MustCompile(`(?m)Unable to locate package (\S+)|Package '?([^' ]+)'? has no installation candidate`)
+
+// unknownPackages turns apt's complaint about missing packages into errors
+// that point at the recipe line that asked for them.
+func (s *bootstrapStep) unknownPackages(out string) error {
+	var errs []string
+	seen := map[string]bool{}
+	for _, m := range unableToLocate.FindAllStringSubmatch(out, -1) {
+		pkg := m[1] + m[2]
+		if seen[pkg] {
+			continue
+		}
+		seen[pkg] = true
+		file, line := s.r.PackageOrigin(pkg)
+		errs = append(errs, fmt.Sprintf("%s:%d: packages: unknown package %q in debian %s (%s)", file, line, pkg, s.r.Base.Release, s.r.Base.Architecture))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(errs, "\n"))
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,97 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/cache"
+)
+
+// Step is one unit of build work. Its output is a directory whose contents
+// depend only on Inputs, which is what makes it cacheable.
+type Step interface {
+	// Name identifies the step in progress lines and --explain output.
+	Name() string
+	// Inputs are everything the output depends on.
+	Inputs() (cache.Inputs, error)
+	// Run writes the step's output into out, an empty directory.
+	Run(ctx context.Context, out string) error
+}
+
+// Runner runs a step and returns the directory holding its output. Caching
+// and progress reporting are decorators around the plain runner, in the
+// manner of ko's build.Interface.
+type Runner interface {
+	Run(ctx context.Context, s Step) (string, error)
+}
+
+// plainRunner runs every step into a fresh directory under work.
+type plainRunner struct{ work string }
+
+func (r plainRunner) Run(ctx context.Context, s Step) (string, error) {
+	out, err := os.MkdirTemp(r.work, sanitizeName(s.Name())+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := s.Run(ctx, out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// cachedRunner returns a step's cached output when its inputs are unchanged
+// and fills the cache otherwise.
+type cachedRunner struct {
+	store *cache.Store
+	scope string // the recipe, so --explain compares like with like
+	log   *Reporter
+}
+
+func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
+	in, err := s.Inputs()
+	if err != nil {
+		return "", fmt.Errorf("%s: inputs: %w", s.Name(), err)
+	}
+	key := in.Key()
+	if dir, ok := r.store.Lookup(key); ok {
+		r.store.Touch(key)
+		r.log.cached(s.Name())
+		_ = r.store.Remember(r.scope, s.Name(), in)
+		return dir, nil
+	}
+	if prev, ok := r.store.Previous(r.scope, s.Name()); ok {
+		r.log.explain(s.Name(), "inputs changed: "+strings.Join(in.Diff(prev), ", "))
+	} else {
+		r.log.explain(s.Name(), "not built before")
+	}
+	dir, err := r.store.Fill(s.Name(), in, func(dir string) error { return s.Run(ctx, dir) })
+	if err != nil {
+		return "", err
+	}
+	return dir, r.store.Remember(r.scope, s.Name(), in)
+}
+
+// timedRunner reports each step's start, end and duration.
+type timedRunner struct {
+	next Runner
+	log  *Reporter
+}
+
+func (r timedRunner) Run(ctx context.Context, s Step) (string, error) {
+	start := time.Now()
+	done := r.log.start(s.Name())
+	dir, err := r.next.Run(ctx, s)
+	done(time.Since(start), err)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", s.Name(), err)
+	}
+	return dir, nil
+}
+
+func sanitizeName(s string) string {
+	return strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(filepath.Clean(s))
+}

@@ -1,0 +1,308 @@
+package diskimage
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/fat12"
+	"github.com/diskfs/go-diskfs/filesystem/fat32"
+)
+
+const (
+	// MiB is one mebibyte, the alignment unit of every size here.
+	MiB = int64(1) << 20
+
+	// MinESPSize is the smallest ESP we make. FAT32 needs at least 65525
+	// clusters (about 33 MiB with 512-byte clusters) or firmware counts it
+	// as FAT16; 64 MiB keeps clear of that and of odd firmware.
+	MinESPSize = 64 * MiB
+	// espHeadroom is free space left in a computed ESP beyond its files.
+	espHeadroom = 16 * MiB
+
+	// FAT32 layout constants as go-diskfs v1.9.1 formats them; fatGeometry
+	// mirrors its arithmetic so sizes can be checked before writing.
+	fatSectorSize      = 512
+	fatReservedSectors = 32
+	fatMinClusters     = 65525
+	fatEntrySize       = 32
+)
+
+// ErrESPTooSmall is returned when the files do not fit the requested ESP.
+var ErrESPTooSmall = errors.New("ESP too small for its files")
+
+// FATImage describes a FAT32 file system to write: an ESP on a disk, or the
+// El Torito boot image of an ISO.
+type FATImage struct {
+	// Files maps a path inside the file system ("EFI/BOOT/BOOTX64.EFI") to
+	// the host file whose bytes it gets.
+	Files map[string]string
+	// Label is the FAT volume label (at most 11 characters).
+	Label string
+	// VolumeID is the volume serial number (see SeededVolumeID).
+	VolumeID uint32
+	// ModTime is stamped on every directory entry. FAT cannot store dates
+	// before 1980; earlier times are clamped to 1980-01-01.
+	ModTime time.Time
+}
+
+// fatFile is one planned file: its cleaned FAT path and host size.
+type fatFile struct {
+	fatPath string // absolute, e.g. /EFI/BOOT/BOOTX64.EFI
+	source  string
+	size    int64
+}
+
+// plan validates the paths and stats the sources, sorted by FAT path so
+// the same inputs are always laid out the same way.
+func (img FATImage) plan() ([]fatFile, error) {
+	if len(img.Files) == 0 {
+		return nil, errors.New("FAT image has no files")
+	}
+	files := make([]fatFile, 0, len(img.Files))
+	seen := map[string]string{}
+	for p, src := range img.Files {
+		clean := path.Clean("/" + p)
+		if clean == "/" || strings.Contains(p, "\\") || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") {
+			return nil, fmt.Errorf("invalid FAT path %q", p)
+		}
+		// FAT is case-insensitive: two paths differing in case collide.
+		if other, dup := seen[strings.ToUpper(clean)]; dup {
+			return nil, fmt.Errorf("FAT paths %q and %q collide (FAT is case-insensitive)", other, p)
+		}
+		seen[strings.ToUpper(clean)] = p
+		fi, err := os.Stat(src)
+		if err != nil {
+			return nil, fmt.Errorf("FAT file %s: %w", clean, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("FAT file %s: source %s is not a regular file", clean, src)
+		}
+		files = append(files, fatFile{fatPath: clean, source: src, size: fi.Size()})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].fatPath < files[j].fatPath })
+	return files, nil
+}
+
+// fatGeometry is what go-diskfs' fat32.Create makes of a given size.
+type fatGeometry struct {
+	clusterSize int64
+	// usable is the number of clusters that can hold data: the smaller of
+	// the data area and what the FAT can address.
+	usable int64
+	// dataClusters is the cluster count firmware derives from the boot
+	// sector, which decides FAT12/16/32.
+	dataClusters int64
+}
+
+func geometryFor(size int64) (fatGeometry, error) {
+	if size%fatSectorSize != 0 {
+		return fatGeometry{}, fmt.Errorf("FAT size %d is not a multiple of %d", size, fatSectorSize)
+	}
+	var spc int64
+	switch {
+	case size <= 260*MiB:
+		spc = 1
+	case size <= 8<<30:
+		spc = 8
+	case size <= 16<<30:
+		spc = 32
+	case size <= 32<<30:
+		spc = 64
+	default:
+		return fatGeometry{}, fmt.Errorf("FAT size %d MiB is larger than this writer supports (32 GiB)", size/MiB)
+	}
+	total := size / fatSectorSize
+	sectorsPerFat := (total - fatReservedSectors) / spc / 128
+	if sectorsPerFat > 0xffff {
+		return fatGeometry{}, fmt.Errorf("FAT size %d MiB needs a larger FAT than go-diskfs can write", size/MiB)
+	}
+	data := (total - fatReservedSectors - 2*sectorsPerFat) / spc
+	// go-diskfs allocates cluster numbers 2 .. sectorsPerFat*128-1.
+	addressable := sectorsPerFat*128 - 2
+	return fatGeometry{
+		clusterSize:  spc * fatSectorSize,
+		usable:       min(data, addressable),
+		dataClusters: data,
+	}, nil
+}
+
+// clustersNeeded counts the clusters the files and their directories take
+// with the given cluster size, the root directory included.
+func clustersNeeded(files []fatFile, clusterSize int64) int64 {
+	// Directory slots: "." and ".." (root: volume label), then per child
+	// one short entry plus long-name entries (13 characters each).
+	slots := map[string]int64{"/": 1}
+	children := map[string]map[string]bool{}
+	addChild := func(dir, name string) {
+		if children[dir] == nil {
+			children[dir] = map[string]bool{}
+		}
+		if children[dir][name] {
+			return
+		}
+		children[dir][name] = true
+		slots[dir] += 1 + int64(len(name)+12)/13
+	}
+	var n int64
+	for _, f := range files {
+		n += max(1, (f.size+clusterSize-1)/clusterSize) // go-diskfs gives empty files a cluster too
+		p := f.fatPath
+		for p != "/" {
+			dir := path.Dir(p)
+			addChild(dir, path.Base(p))
+			if _, ok := slots[p]; !ok && p != f.fatPath {
+				slots[p] = 2
+			}
+			p = dir
+		}
+	}
+	for _, s := range slots {
+		n += max(1, (s*fatEntrySize+clusterSize-1)/clusterSize)
+	}
+	return n
+}
+
+// fits reports whether files fit a FAT of the given size, and why not.
+func fits(files []fatFile, size int64) error {
+	g, err := geometryFor(size)
+	if err != nil {
+		return err
+	}
+	if g.dataClusters < fatMinClusters {
+		return fmt.Errorf("%w: %d MiB gives %d clusters, FAT32 needs at least %d", ErrESPTooSmall, size/MiB, g.dataClusters, fatMinClusters)
+	}
+	if need := clustersNeeded(files, g.clusterSize); need > g.usable {
+		return fmt.Errorf("%w: files need %d clusters of %d bytes, %d MiB holds %d", ErrESPTooSmall, need, g.clusterSize, size/MiB, g.usable)
+	}
+	return nil
+}
+
+// Size returns the size, in whole MiB and at least MinESPSize, of a FAT32
+// file system holding the files plus some headroom.
+func (img FATImage) Size() (int64, error) {
+	files, err := img.plan()
+	if err != nil {
+		return 0, err
+	}
+	return sizeFor(files)
+}
+
+func sizeFor(files []fatFile) (int64, error) {
+	var content int64
+	for _, f := range files {
+		content += f.size
+	}
+	size := max(MinESPSize, (content+espHeadroom+MiB-1)/MiB*MiB)
+	// Grow until it fits: cluster size and FAT size both depend on size.
+	for ; size <= 32<<30; size += MiB {
+		if err := fits(files, size); err == nil {
+			return size, nil
+		} else if !errors.Is(err, ErrESPTooSmall) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("%w: %d bytes of files need more than 32 GiB", ErrESPTooSmall, content)
+}
+
+// WriteAt writes the FAT32 file system into f at byte offset off, taking
+// size bytes. f must already extend past off+size (Truncate it): space the
+// file system does not use is never written and stays a hole.
+func (img FATImage) WriteAt(f *os.File, off, size int64) error {
+	files, err := img.plan()
+	if err != nil {
+		return err
+	}
+	if err := fits(files, size); err != nil {
+		return err
+	}
+	return img.write(f, off, size, files)
+}
+
+func (img FATImage) write(f *os.File, off, size int64, files []fatFile) error {
+	label := img.Label
+	if len(label) > 11 {
+		return fmt.Errorf("FAT label %q is longer than 11 characters", label)
+	}
+	fs, err := fat32.Create(file.New(f, false), size, off, fatSectorSize, label, true)
+	if err != nil {
+		return fmt.Errorf("formatting FAT32: %w", err)
+	}
+	made := map[string]bool{"/": true}
+	for _, ff := range files {
+		// Parents first, shallow to deep, so creation order is fixed.
+		var parents []string
+		for d := path.Dir(ff.fatPath); !made[d]; d = path.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			if err := fs.Mkdir(d); err != nil {
+				return fmt.Errorf("FAT mkdir %s: %w", d, err)
+			}
+			made[d] = true
+		}
+		if err := writeFATFile(f, fs, off, ff); err != nil {
+			return err
+		}
+	}
+	if err := normalizeFAT(f, off, img.ModTime, img.VolumeID); err != nil {
+		return fmt.Errorf("normalizing FAT metadata: %w", err)
+	}
+	return nil
+}
+
+// writeFATFile creates ff in fs and copies its bytes. go-diskfs writes a
+// file one cluster per call and rewrites the FAT on every Write, which is
+// slow for hundreds of MiB; so one Write at the last byte makes it allocate
+// the whole chain, and the data then goes straight to the chain's ranges.
+func writeFATFile(f *os.File, fs *fat32.FileSystem, off int64, ff fatFile) error {
+	h, err := fs.OpenFile(ff.fatPath, os.O_CREATE|os.O_RDWR)
+	if err != nil {
+		return fmt.Errorf("FAT create %s: %w", ff.fatPath, err)
+	}
+	defer h.Close()
+	if ff.size == 0 {
+		return nil
+	}
+	fh, ok := h.(*fat12.File)
+	if !ok {
+		return fmt.Errorf("FAT create %s: unexpected file type %T", ff.fatPath, h)
+	}
+	if _, err := fh.Seek(ff.size-1, io.SeekStart); err != nil {
+		return fmt.Errorf("FAT seek %s: %w", ff.fatPath, err)
+	}
+	if _, err := fh.Write([]byte{0}); err != nil {
+		return fmt.Errorf("FAT allocate %s (%d bytes): %w", ff.fatPath, ff.size, err)
+	}
+	ranges, err := fh.GetDiskRanges()
+	if err != nil {
+		return fmt.Errorf("FAT ranges of %s: %w", ff.fatPath, err)
+	}
+	src, err := openInput(ff.source)
+	if err != nil {
+		return fmt.Errorf("FAT file %s: %w", ff.fatPath, err)
+	}
+	defer src.Close()
+	left := ff.size
+	for _, r := range ranges {
+		n := min(int64(r.Length), left)
+		if err := copySparse(f, off+int64(r.Offset), io.LimitReader(src, n), n); err != nil {
+			return fmt.Errorf("FAT file %s from %s: %w", ff.fatPath, ff.source, err)
+		}
+		left -= n
+	}
+	if left != 0 {
+		return fmt.Errorf("FAT file %s: cluster chain %d bytes short", ff.fatPath, left)
+	}
+	var probe [1]byte
+	if n, _ := src.Read(probe[:]); n > 0 {
+		return fmt.Errorf("FAT file %s: %s grew while writing", ff.fatPath, ff.source)
+	}
+	return nil
+}

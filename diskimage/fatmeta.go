@@ -1,0 +1,146 @@
+package diskimage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// FAT32 boot sector fields normalizeFAT reads or sets.
+const (
+	bsBytesPerSector   = 0x0b
+	bsSectorsPerClus   = 0x0d
+	bsReservedSectors  = 0x0e
+	bsNumFATs          = 0x10
+	bsSectorsPerFAT32  = 0x24
+	bsRootCluster      = 0x2c
+	bsBackupBootSector = 0x32
+	bsVolumeID32       = 0x43
+
+	fatAttrLongName = 0x0f
+	fatAttrDir      = 0x10
+	fatClusterMask  = 0x0fffffff
+	fatEndOfChain   = 0x0ffffff8
+)
+
+// fatEpoch is the earliest time a FAT directory entry can hold.
+var fatEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// normalizeFAT makes a FAT32 file system written by go-diskfs reproducible:
+// go-diskfs stamps directory entries (the volume label's always, "." and
+// ".." with their directory's creation time) with time.Now() unless
+// SOURCE_DATE_EPOCH is set in the process environment, and leaves the
+// volume serial 0 in reproducible mode. So this walks every directory and
+// sets all of its entries' times to mtime, and writes volumeID into both
+// boot sectors.
+func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error {
+	bs := make([]byte, 512)
+	if _, err := f.ReadAt(bs, off); err != nil {
+		return fmt.Errorf("reading boot sector: %w", err)
+	}
+	bytesPerSector := int64(binary.LittleEndian.Uint16(bs[bsBytesPerSector:]))
+	spc := int64(bs[bsSectorsPerClus])
+	reserved := int64(binary.LittleEndian.Uint16(bs[bsReservedSectors:]))
+	numFATs := int64(bs[bsNumFATs])
+	sectorsPerFAT := int64(binary.LittleEndian.Uint32(bs[bsSectorsPerFAT32:]))
+	rootCluster := binary.LittleEndian.Uint32(bs[bsRootCluster:])
+	backup := int64(binary.LittleEndian.Uint16(bs[bsBackupBootSector:]))
+	if bytesPerSector != 512 || spc == 0 || numFATs == 0 || sectorsPerFAT == 0 {
+		return errors.New("not a FAT32 boot sector")
+	}
+
+	var id [4]byte
+	binary.LittleEndian.PutUint32(id[:], volumeID)
+	for _, sector := range []int64{0, backup} {
+		if _, err := f.WriteAt(id[:], off+sector*bytesPerSector+bsVolumeID32); err != nil {
+			return fmt.Errorf("writing volume ID: %w", err)
+		}
+	}
+
+	fat := make([]byte, sectorsPerFAT*bytesPerSector)
+	if _, err := f.ReadAt(fat, off+reserved*bytesPerSector); err != nil {
+		return fmt.Errorf("reading FAT: %w", err)
+	}
+	clusterSize := spc * bytesPerSector
+	dataStart := off + (reserved+numFATs*sectorsPerFAT)*bytesPerSector
+	chain := func(first uint32) ([]uint32, error) {
+		var cs []uint32
+		for c := first; c < fatEndOfChain; c = binary.LittleEndian.Uint32(fat[4*int64(c):]) & fatClusterMask {
+			if c < 2 || 4*int64(c) >= int64(len(fat)) || len(cs) > len(fat)/4 {
+				return nil, fmt.Errorf("broken cluster chain at %d", c)
+			}
+			cs = append(cs, c)
+		}
+		return cs, nil
+	}
+
+	date, clock := fatDateTime(mtime)
+	visited := map[uint32]bool{}
+	var walk func(first uint32) error
+	walk = func(first uint32) error {
+		if visited[first] {
+			return nil
+		}
+		visited[first] = true
+		clusters, err := chain(first)
+		if err != nil {
+			return err
+		}
+		dir := make([]byte, int64(len(clusters))*clusterSize)
+		for i, c := range clusters {
+			if _, err := f.ReadAt(dir[int64(i)*clusterSize:][:clusterSize], dataStart+int64(c-2)*clusterSize); err != nil {
+				return fmt.Errorf("reading directory cluster %d: %w", c, err)
+			}
+		}
+		var subdirs []uint32
+		for e := 0; e+32 <= len(dir); e += 32 {
+			ent := dir[e : e+32]
+			if ent[0] == 0x00 {
+				break
+			}
+			if ent[0] == 0xe5 || ent[11] == fatAttrLongName {
+				continue
+			}
+			ent[13] = 0 // creation time, 10 ms units
+			binary.LittleEndian.PutUint16(ent[14:], clock)
+			binary.LittleEndian.PutUint16(ent[16:], date)
+			binary.LittleEndian.PutUint16(ent[18:], date) // last access date
+			binary.LittleEndian.PutUint16(ent[22:], clock)
+			binary.LittleEndian.PutUint16(ent[24:], date)
+			name := string(ent[0:11])
+			if ent[11]&fatAttrDir != 0 && name != ".          " && name != "..         " {
+				c := uint32(binary.LittleEndian.Uint16(ent[20:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[26:]))
+				subdirs = append(subdirs, c)
+			}
+		}
+		for i, c := range clusters {
+			if _, err := f.WriteAt(dir[int64(i)*clusterSize:][:clusterSize], dataStart+int64(c-2)*clusterSize); err != nil {
+				return fmt.Errorf("writing directory cluster %d: %w", c, err)
+			}
+		}
+		for _, c := range subdirs {
+			if err := walk(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(rootCluster)
+}
+
+// fatDateTime encodes t (UTC, clamped to the FAT epoch) as FAT date and
+// time words; FAT keeps seconds in 2-second steps.
+func fatDateTime(t time.Time) (date, clock uint16) {
+	t = t.UTC()
+	if t.Before(fatEpoch) {
+		t = fatEpoch
+	}
+	if t.Year() > 2107 {
+		t = time.Date(2107, 12, 31, 23, 59, 58, 0, time.UTC)
+	}
+	date = uint16((t.Year()-1980)<<9 | int(t.Month())<<5 | t.Day())
+	clock = uint16(t.Hour()<<11 | t.Minute()<<5 | t.Second()/2)
+	return date, clock
+}

@@ -1,0 +1,107 @@
+package osimage_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
+)
+
+func TestReadIdentity(t *testing.T) {
+	img, err := osimage.NewImage(writeDir(t, "arm64", osimage.KindUKI, osimage.KindDisk, osimage.KindCmdline), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := osimage.ReadIdentity(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Default != osimage.BootUEFIHTTP || id.Architecture != "arm64" || id.Cmdline != osimagetest.Cmdline ||
+		id.ArtifactType != osimage.ArtifactTypeUKI || len(id.Methods) != 2 || len(id.InstallModes) != 2 {
+		t.Errorf("identity = %+v", id)
+	}
+	if d, ok := id.Artifact(osimage.KindUKI); !ok || d.MediaType != osimage.MediaTypeUKI {
+		t.Errorf("uki artifact = %+v, %v", d, ok)
+	}
+	if _, ok := id.Artifact(osimage.KindKernel); ok {
+		t.Error("kernel artifact found in an image without one")
+	}
+
+	tests := []struct {
+		method osimage.BootMethod
+		err    string
+	}{
+		{osimage.BootUEFIHTTP, ""},
+		{osimage.BootDisk, ""},
+		{osimage.BootPXE, "image offers no kernel+initrd for pxe: it has cmdline, disk, uki"},
+		{osimage.BootVirtualMedia, "image offers no iso for virtual-media: it has cmdline, disk, uki"},
+		{"floppy", "unknown boot method"},
+	}
+	for _, tt := range tests {
+		err := id.Supports(tt.method)
+		if (tt.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("Supports(%s) = %v, want %q", tt.method, err, tt.err)
+		}
+	}
+	arts, err := id.ArtifactsFor(osimage.BootUEFIHTTP)
+	if err != nil || len(arts) != 1 {
+		t.Errorf("ArtifactsFor(uefi-http) = %v, %v", arts, err)
+	}
+}
+
+func TestReadIdentityPXEArtifacts(t *testing.T) {
+	img, err := osimage.NewImage(writeDir(t, "amd64", osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindCmdline), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := osimage.ReadIdentity(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arts, err := id.ArtifactsFor(osimage.BootPXE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindCmdline} {
+		if _, ok := arts[k]; !ok {
+			t.Errorf("pxe artifacts lack %s", k)
+		}
+	}
+	if id.Supports(osimage.BootUEFIHTTP) == nil {
+		t.Error("uefi-http supported without a UKI")
+	}
+}
+
+func TestResolveLikeBootOperator(t *testing.T) {
+	idx, err := osimage.NewIndexFromDirs(writeDir(t, "amd64"), writeDir(t, "arm64", osimage.KindUKI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := osimage.ResolveLikeBootOperator(idx, "amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.PXEReady(); err != nil {
+		t.Error(err)
+	}
+	if err := v.HTTPReady(); err != nil {
+		t.Error(err)
+	}
+	if v.ISO == nil || v.ISO.MediaType != osimage.MediaTypeISO {
+		t.Errorf("iso = %+v", v.ISO)
+	}
+	if v.CommandLine != osimagetest.Cmdline {
+		t.Errorf("commandLine = %q", v.CommandLine)
+	}
+	arm, err := osimage.ResolveLikeBootOperator(idx, "arm64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if arm.PXEReady() == nil || arm.HTTPReady() != nil {
+		t.Errorf("arm64 view = %+v", arm)
+	}
+	if _, err := osimage.ResolveLikeBootOperator(idx, "riscv64"); err == nil {
+		t.Error("riscv64 resolved")
+	}
+}

@@ -1,0 +1,588 @@
+// Package redfishemu is a Redfish BMC emulator at the protocol tier: enough of
+// ServiceRoot, SessionService, one ComputerSystem and one Manager with a
+// virtual media CD slot to drive boots, with real Once semantics, ETags, and
+// injectable faults and vendor quirks. It is an http.Handler; OnBoot lets a
+// lower tier (QEMU) follow what the emulated system would boot.
+package redfishemu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// BootEvent is what the emulated system boots when it powers on or resets.
+type BootEvent struct {
+	// Target is the effective boot target: the override's when one is
+	// active, else the first entry of the boot order (Hdd).
+	Target      string
+	HTTPBootURI string
+	// MediaImage is the inserted virtual media image, if any.
+	MediaImage string
+}
+
+// Options configure the emulator, its faults and vendor quirks.
+type Options struct {
+	Username, Password string // default admin/password
+	// Manufacturer of the system and manager; "Supermicro" also switches
+	// the virtual media boot target from Cd to UsbCd.
+	Manufacturer string
+	// RequireIfMatch answers 428 to a PATCH without If-Match.
+	RequireIfMatch bool
+	// FaultRate is the probability that a request (other than the session
+	// logout) fails with 503, or a PATCH with 412 (stale ETag).
+	FaultRate float64
+	// FaultEveryN fails every Nth request with 503 (0: never).
+	FaultEveryN int
+	// Seed makes FaultRate reproducible.
+	Seed uint64
+	// InsertRequiresEject refuses InsertMedia while media is inserted.
+	InsertRequiresEject bool
+	// OnceAsContinuous keeps a Once override after boot (a buggy BMC).
+	OnceAsContinuous bool
+	// NoContinuous refuses BootSourceOverrideEnabled=Continuous.
+	NoContinuous bool
+	// NoUefiHttp leaves UefiHttp out of the allowable targets.
+	NoUefiHttp bool
+	// NoVirtualMedia removes the manager's virtual media.
+	NoVirtualMedia bool
+	// AsyncReset answers Reset with 202 + a task monitor that completes
+	// after TaskPolls polls.
+	AsyncReset bool
+	TaskPolls  int
+	// OnBoot is called, outside the emulator's lock, whenever the system
+	// boots (power on, restart, power cycle).
+	OnBoot func(BootEvent)
+}
+
+// Emulator is one emulated BMC.
+type Emulator struct {
+	opts     Options
+	requests atomic.Int64
+	mux      *http.ServeMux
+
+	mu       sync.Mutex
+	rng      *mrand.Rand
+	sessions map[string]string // token -> session id
+	nextSess int
+	power    string
+	boot     bootState
+	media    mediaState
+	version  int // bumped on every change; the ETag derives from it
+	boots    []BootEvent
+	tasks    map[string]int // task id -> polls left
+}
+
+type bootState struct {
+	Enabled, Target, Mode, HTTPBootURI string
+}
+
+type mediaState struct {
+	Inserted, WriteProtected bool
+	Image                    string
+}
+
+// New returns an emulator with the system powered off and no override.
+func New(opts Options) *Emulator {
+	if opts.Username == "" {
+		opts.Username, opts.Password = "admin", "password"
+	}
+	if opts.Manufacturer == "" {
+		opts.Manufacturer = "Contoso"
+	}
+	e := &Emulator{
+		opts:     opts,
+		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		sessions: map[string]string{},
+		power:    "Off",
+		boot:     bootState{Enabled: "Disabled", Target: "None", Mode: "UEFI"},
+		tasks:    map[string]int{},
+	}
+	e.routes()
+	return e
+}
+
+// Requests counts every HTTP request received.
+func (e *Emulator) Requests() int64 { return e.requests.Load() }
+
+// Boots returns every boot so far.
+func (e *Emulator) Boots() []BootEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.boots)
+}
+
+// Snapshot is the emulated system's state, for tests.
+type Snapshot struct {
+	PowerState                                                       string
+	OverrideEnabled, OverrideTarget, OverrideMode, HTTPBootURI       string
+	MediaInserted, MediaWriteProtected                               bool
+	MediaImage                                                       string
+}
+
+// State returns a snapshot of the system.
+func (e *Emulator) State() Snapshot {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Snapshot{e.power, e.boot.Enabled, e.boot.Target, e.boot.Mode, e.boot.HTTPBootURI, e.media.Inserted, e.media.WriteProtected, e.media.Image}
+}
+
+// PowerOn boots the system as if someone pressed the power button (or a
+// reboot happened outside the driver): the override, if any, applies.
+func (e *Emulator) PowerOn() {
+	e.mu.Lock()
+	ev := e.bootLocked()
+	e.mu.Unlock()
+	e.fire(ev)
+}
+
+func (e *Emulator) supermicro() bool { return strings.EqualFold(e.opts.Manufacturer, "Supermicro") }
+
+func (e *Emulator) allowedTargets() []string {
+	t := []string{"None", "Pxe", "Hdd", "BiosSetup"}
+	if e.supermicro() {
+		t = append(t, "UsbCd")
+	} else {
+		t = append(t, "Cd")
+	}
+	if !e.opts.NoUefiHttp {
+		t = append(t, "UefiHttp")
+	}
+	return t
+}
+
+func (e *Emulator) etag() string { return fmt.Sprintf(`W/"%d"`, e.version) }
+
+// bootLocked performs a boot: powers on, computes the effective target,
+// consumes a Once override.
+func (e *Emulator) bootLocked() BootEvent {
+	e.power = "On"
+	ev := BootEvent{Target: "Hdd"}
+	if e.boot.Enabled != "Disabled" && e.boot.Target != "None" {
+		ev.Target = e.boot.Target
+		if ev.Target == "UefiHttp" {
+			ev.HTTPBootURI = e.boot.HTTPBootURI
+		}
+	}
+	if e.media.Inserted {
+		ev.MediaImage = e.media.Image
+	}
+	if e.boot.Enabled == "Once" && !e.opts.OnceAsContinuous {
+		e.boot.Enabled, e.boot.Target = "Disabled", "None"
+	}
+	e.version++
+	e.boots = append(e.boots, ev)
+	return ev
+}
+
+func (e *Emulator) fire(ev BootEvent) {
+	if e.opts.OnBoot != nil {
+		e.opts.OnBoot(ev)
+	}
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ServeHTTP counts the request, injects faults, checks auth and routes.
+func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := e.requests.Add(1)
+	logout := r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/redfish/v1/SessionService/Sessions/")
+	if !logout && r.URL.Path != "/redfish/v1" && r.URL.Path != "/redfish/v1/" {
+		if e.opts.FaultEveryN > 0 && n%int64(e.opts.FaultEveryN) == 0 {
+			writeError(w, http.StatusServiceUnavailable, "Base.1.0.ServiceTemporarilyUnavailable", "injected fault: BMC busy")
+			return
+		}
+		if e.opts.FaultRate > 0 {
+			e.mu.Lock()
+			hit := e.rng.Float64() < e.opts.FaultRate
+			stale := hit && r.Method == http.MethodPatch && e.rng.IntN(2) == 0
+			if stale {
+				e.version++ // someone else changed the resource
+			}
+			e.mu.Unlock()
+			if stale {
+				writeError(w, http.StatusPreconditionFailed, "Base.1.0.PreconditionFailed", "injected fault: ETag does not match")
+				return
+			}
+			if hit {
+				w.Header().Set("Retry-After", "0")
+				writeError(w, http.StatusServiceUnavailable, "Base.1.0.ServiceTemporarilyUnavailable", "injected fault: BMC busy")
+				return
+			}
+		}
+	}
+	if !e.authorized(r) {
+		writeError(w, http.StatusUnauthorized, "Base.1.0.NoValidSession", "authentication required")
+		return
+	}
+	e.mux.ServeHTTP(w, r)
+}
+
+func (e *Emulator) authorized(r *http.Request) bool {
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	if p == "/redfish/v1" || (r.Method == http.MethodPost && p == "/redfish/v1/SessionService/Sessions") {
+		return true
+	}
+	if u, pw, ok := r.BasicAuth(); ok {
+		return u == e.opts.Username && pw == e.opts.Password
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.sessions[r.Header.Get("X-Auth-Token")]
+	return ok
+}
+
+func (e *Emulator) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /redfish/v1", e.serviceRoot)
+	m.HandleFunc("GET /redfish/v1/{$}", e.serviceRoot)
+	m.HandleFunc("GET /redfish/v1/SessionService", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, "", obj{"@odata.id": "/redfish/v1/SessionService", "Id": "SessionService", "Name": "Session Service",
+			"Sessions": link("/redfish/v1/SessionService/Sessions")})
+	})
+	m.HandleFunc("POST /redfish/v1/SessionService/Sessions", e.createSession)
+	m.HandleFunc("DELETE /redfish/v1/SessionService/Sessions/{id}", e.deleteSession)
+	m.HandleFunc("GET /redfish/v1/Systems", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Systems", "/redfish/v1/Systems/1"))
+	})
+	m.HandleFunc("GET /redfish/v1/Systems/1", e.getSystem)
+	m.HandleFunc("PATCH /redfish/v1/Systems/1", e.patchSystem)
+	m.HandleFunc("POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset", e.reset)
+	m.HandleFunc("GET /redfish/v1/Managers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Managers", "/redfish/v1/Managers/1"))
+	})
+	m.HandleFunc("GET /redfish/v1/Managers/1", e.getManager)
+	m.HandleFunc("GET /redfish/v1/Managers/1/VirtualMedia", func(w http.ResponseWriter, r *http.Request) {
+		if e.opts.NoVirtualMedia {
+			http.NotFound(w, r)
+			return
+		}
+		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Managers/1/VirtualMedia", "/redfish/v1/Managers/1/VirtualMedia/CD1"))
+	})
+	m.HandleFunc("GET /redfish/v1/Managers/1/VirtualMedia/CD1", e.getMedia)
+	m.HandleFunc("POST /redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia.InsertMedia", e.insertMedia)
+	m.HandleFunc("POST /redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia.EjectMedia", e.ejectMedia)
+	m.HandleFunc("GET /redfish/v1/TaskService/TaskMonitors/{id}", e.taskMonitor)
+	e.mux = m
+}
+
+type obj = map[string]any
+
+func link(p string) obj { return obj{"@odata.id": p} }
+
+func collection(self string, members ...string) obj {
+	ms := []obj{}
+	for _, m := range members {
+		ms = append(ms, link(m))
+	}
+	return obj{"@odata.id": self, "Name": "Collection", "Members": ms, "Members@odata.count": len(ms)}
+}
+
+func (e *Emulator) serviceRoot(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, "", obj{
+		"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot", "Id": "RootService", "Name": "Root Service",
+		"RedfishVersion": "1.15.0", "Vendor": e.opts.Manufacturer,
+		"Systems": link("/redfish/v1/Systems"), "Managers": link("/redfish/v1/Managers"),
+		"SessionService": link("/redfish/v1/SessionService"),
+		"Links":          obj{"Sessions": link("/redfish/v1/SessionService/Sessions")},
+	})
+}
+
+func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
+	var req struct{ UserName, Password string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", err.Error())
+		return
+	}
+	if req.UserName != e.opts.Username || req.Password != e.opts.Password {
+		writeError(w, http.StatusUnauthorized, "Base.1.0.NoValidSession", "invalid credentials")
+		return
+	}
+	e.mu.Lock()
+	e.nextSess++
+	id := strconv.Itoa(e.nextSess)
+	tok := newToken()
+	e.sessions[tok] = id
+	e.mu.Unlock()
+	loc := "/redfish/v1/SessionService/Sessions/" + id
+	w.Header().Set("X-Auth-Token", tok)
+	w.Header().Set("Location", loc)
+	writeJSON(w, http.StatusCreated, "", obj{"@odata.id": loc, "Id": id, "Name": "Session", "UserName": req.UserName})
+}
+
+func (e *Emulator) deleteSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	e.mu.Lock()
+	for tok, sid := range e.sessions {
+		if sid == id {
+			delete(e.sessions, tok)
+		}
+	}
+	e.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Sessions is the number of open sessions (logout tests).
+func (e *Emulator) Sessions() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.sessions)
+}
+
+func (e *Emulator) getSystem(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	enabledAllowed := []string{"Disabled", "Once", "Continuous"}
+	if e.opts.NoContinuous {
+		enabledAllowed = []string{"Disabled", "Once"}
+	}
+	body := obj{
+		"@odata.id": "/redfish/v1/Systems/1", "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "1", "Name": "System",
+		"Manufacturer": e.opts.Manufacturer, "PowerState": e.power,
+		"Boot": obj{
+			"BootSourceOverrideEnabled":                         e.boot.Enabled,
+			"BootSourceOverrideEnabled@Redfish.AllowableValues": enabledAllowed,
+			"BootSourceOverrideTarget":                          e.boot.Target,
+			"BootSourceOverrideTarget@Redfish.AllowableValues":  e.allowedTargets(),
+			"BootSourceOverrideMode":                            e.boot.Mode,
+			"HttpBootUri":                                       e.boot.HTTPBootURI,
+			"BootOrder":                                         []string{"Boot0001", "Boot0002"},
+		},
+		"Actions": obj{"#ComputerSystem.Reset": obj{
+			"target":                            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+			"ResetType@Redfish.AllowableValues": []string{"On", "ForceOff", "ForceRestart", "GracefulShutdown", "PowerCycle"},
+		}},
+		"Links": obj{"ManagedBy": []obj{link("/redfish/v1/Managers/1")}},
+	}
+	tag := e.etag()
+	e.mu.Unlock()
+	writeJSON(w, http.StatusOK, tag, body)
+}
+
+// patchSystem accepts a Boot object with only the properties to change.
+func (e *Emulator) patchSystem(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Boot *struct {
+			BootSourceOverrideEnabled *string
+			BootSourceOverrideTarget  *string
+			BootSourceOverrideMode    *string
+			HttpBootUri               *string //nolint:revive // Redfish spelling
+		}
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields() // a client sending back the whole read object is a bug
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyUnknown", err.Error())
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.checkIfMatch(w, r) {
+		return
+	}
+	if req.Boot == nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyMissing", "only Boot can be patched")
+		return
+	}
+	b := e.boot
+	if v := req.Boot.BootSourceOverrideTarget; v != nil {
+		if !slices.Contains(e.allowedTargets(), *v) {
+			writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", fmt.Sprintf("BootSourceOverrideTarget %q not allowed", *v))
+			return
+		}
+		b.Target = *v
+	}
+	if v := req.Boot.BootSourceOverrideEnabled; v != nil {
+		if !slices.Contains([]string{"Disabled", "Once", "Continuous"}, *v) || (*v == "Continuous" && e.opts.NoContinuous) {
+			writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", fmt.Sprintf("BootSourceOverrideEnabled %q not supported", *v))
+			return
+		}
+		b.Enabled = *v
+	}
+	if v := req.Boot.BootSourceOverrideMode; v != nil {
+		if *v != "UEFI" && *v != "Legacy" {
+			writeError(w, http.StatusBadRequest, "Base.1.0.PropertyValueNotInList", fmt.Sprintf("BootSourceOverrideMode %q", *v))
+			return
+		}
+		b.Mode = *v
+	}
+	if v := req.Boot.HttpBootUri; v != nil {
+		b.HTTPBootURI = *v
+	}
+	e.boot = b
+	e.version++
+	w.Header().Set("ETag", e.etag())
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkIfMatch enforces If-Match; callers hold e.mu.
+func (e *Emulator) checkIfMatch(w http.ResponseWriter, r *http.Request) bool {
+	im := r.Header.Get("If-Match")
+	if im == "" {
+		if e.opts.RequireIfMatch {
+			writeError(w, http.StatusPreconditionRequired, "Base.1.0.PreconditionRequired", "If-Match required")
+			return false
+		}
+		return true
+	}
+	if im != "*" && im != e.etag() {
+		writeError(w, http.StatusPreconditionFailed, "Base.1.0.PreconditionFailed", "ETag does not match")
+		return false
+	}
+	return true
+}
+
+func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
+	var req struct{ ResetType string }
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.MalformedJSON", err.Error())
+		return
+	}
+	e.mu.Lock()
+	var ev *BootEvent
+	switch req.ResetType {
+	case "On":
+		if e.power == "Off" {
+			b := e.bootLocked()
+			ev = &b
+		}
+	case "ForceOff", "GracefulShutdown":
+		e.power = "Off"
+		e.version++
+	case "ForceRestart", "PowerCycle":
+		if e.power == "Off" && req.ResetType == "ForceRestart" {
+			e.mu.Unlock()
+			writeError(w, http.StatusConflict, "Base.1.0.ActionNotSupported", "system is off")
+			return
+		}
+		b := e.bootLocked()
+		ev = &b
+	default:
+		e.mu.Unlock()
+		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterValueNotInList", "unknown ResetType "+req.ResetType)
+		return
+	}
+	var task string
+	if e.opts.AsyncReset {
+		task = newToken()[:8]
+		e.tasks[task] = max(e.opts.TaskPolls, 1)
+	}
+	e.mu.Unlock()
+	if ev != nil {
+		e.fire(*ev)
+	}
+	if task != "" {
+		w.Header().Set("Location", "/redfish/v1/TaskService/TaskMonitors/"+task)
+		writeJSON(w, http.StatusAccepted, "", obj{"TaskState": "Running"})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (e *Emulator) taskMonitor(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	e.mu.Lock()
+	left, ok := e.tasks[id]
+	if ok {
+		left--
+		e.tasks[id] = left
+	}
+	e.mu.Unlock()
+	switch {
+	case !ok:
+		http.NotFound(w, r)
+	case left > 0:
+		w.Header().Set("Location", r.URL.Path)
+		writeJSON(w, http.StatusAccepted, "", obj{"TaskState": "Running"})
+	default:
+		writeJSON(w, http.StatusOK, "", obj{"TaskState": "Completed", "TaskStatus": "OK"})
+	}
+}
+
+func (e *Emulator) getManager(w http.ResponseWriter, r *http.Request) {
+	body := obj{"@odata.id": "/redfish/v1/Managers/1", "@odata.type": "#Manager.v1_17_0.Manager", "Id": "1", "Name": "BMC",
+		"Manufacturer": e.opts.Manufacturer, "ManagerType": "BMC"}
+	if !e.opts.NoVirtualMedia {
+		body["VirtualMedia"] = link("/redfish/v1/Managers/1/VirtualMedia")
+	}
+	writeJSON(w, http.StatusOK, "", body)
+}
+
+func (e *Emulator) getMedia(w http.ResponseWriter, r *http.Request) {
+	if e.opts.NoVirtualMedia {
+		http.NotFound(w, r)
+		return
+	}
+	e.mu.Lock()
+	base := "/redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia."
+	body := obj{"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/CD1", "@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "Id": "CD1", "Name": "Virtual CD",
+		"MediaTypes": []string{"CD", "DVD"}, "Inserted": e.media.Inserted, "Image": e.media.Image, "WriteProtected": e.media.WriteProtected,
+		"ConnectedVia": map[bool]string{true: "URI", false: "NotConnected"}[e.media.Inserted],
+		"Actions": obj{"#VirtualMedia.InsertMedia": obj{"target": base + "InsertMedia"}, "#VirtualMedia.EjectMedia": obj{"target": base + "EjectMedia"}}}
+	tag := e.etag()
+	e.mu.Unlock()
+	writeJSON(w, http.StatusOK, tag, body)
+}
+
+func (e *Emulator) insertMedia(w http.ResponseWriter, r *http.Request) {
+	if e.opts.NoVirtualMedia {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Image          string
+		Inserted       *bool
+		WriteProtected *bool
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Image == "" {
+		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterMissing", "Image required")
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.media.Inserted && e.opts.InsertRequiresEject {
+		writeError(w, http.StatusConflict, "Base.1.0.ResourceInUse", "media already inserted; eject first")
+		return
+	}
+	e.media = mediaState{Inserted: req.Inserted == nil || *req.Inserted, WriteProtected: req.WriteProtected == nil || *req.WriteProtected, Image: req.Image}
+	e.version++
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (e *Emulator) ejectMedia(w http.ResponseWriter, r *http.Request) {
+	if e.opts.NoVirtualMedia {
+		http.NotFound(w, r)
+		return
+	}
+	e.mu.Lock()
+	e.media = mediaState{}
+	e.version++
+	e.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeJSON(w http.ResponseWriter, code int, etag string, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("OData-Version", "4.0")
+	if etag != "" {
+		w.Header().Set("ETag", etag)
+	}
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, id, msg string) {
+	writeJSON(w, code, "", obj{"error": obj{"code": id, "message": msg,
+		"@Message.ExtendedInfo": []obj{{"MessageId": id, "Message": msg}}}})
+}
