@@ -34,12 +34,13 @@ const (
 // read-only root image. It also lifts out what later steps need from the
 // tree: the kernel, its modules, os-release and the UEFI stub.
 type assembleStep struct {
-	r         *recipe.Recipe
-	bootstrap string   // bootstrap step output
-	binaries  []binary // outputs of the oci and go steps
-	modules   []string
-	epoch     int64
-	work      string
+	r            *recipe.Recipe
+	bootstrap    string   // bootstrap step output
+	bootstrapKey string   // the bootstrap step's input key
+	binaries     []binary // outputs of the oci and go steps
+	modules      []string
+	epoch        int64
+	work         string
 }
 
 // binary is one file produced by an oci or go step, bound for dest.
@@ -53,11 +54,9 @@ func (s *assembleStep) Name() string { return "assemble" }
 func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", assembleVersion)
-	d, err := digestFile(filepath.Join(s.bootstrap, rootfsTar))
-	if err != nil {
-		return nil, err
-	}
-	in.AddDigest("bootstrap", d)
+	// The bootstrap output is a function of its inputs: its key stands for
+	// its 500+ MiB tarball without hashing it again.
+	in.AddDigest("bootstrap", s.bootstrapKey)
 	for _, f := range s.r.Files() {
 		d, err := digestTree(f.Source)
 		if err != nil {
@@ -263,7 +262,7 @@ func (s *assembleStep) applyUsers(ctx context.Context, root string) error {
 	}
 	// Create them now too, so files can be owned by them and the image's
 	// passwd is complete without a first-boot step.
-	if err := run(ctx, "systemd-sysusers", "--root="+root, "/usr/lib/sysusers.d/os-builder.conf"); err != nil {
+	if err := run(ctx, "systemd-sysusers", "--root="+root, conf); err != nil {
 		return fmt.Errorf("users: %w", err)
 	}
 	// Home directories sysusers does not create.
@@ -352,9 +351,19 @@ func mksquashfs(ctx context.Context, root, out string, epoch int64) error {
 	cmd := exec.CommandContext(ctx, "mksquashfs", root, out,
 		"-noappend", "-comp", "zstd", "-Xcompression-level", "15", "-b", "1M",
 		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", "2")
-	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+e)
+	cmd.Env = withoutEnv(os.Environ(), "SOURCE_DATE_EPOCH") // it refuses both
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w\n%s", err, tail(string(b), 20))
 	}
 	return nil
+}
+
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, name+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -120,7 +120,12 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	bootDir, err := b.run.Run(ctx, &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch, log: b.log})
+	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch, log: b.log}
+	bootIn, err := boot.Inputs()
+	if err != nil {
+		return nil, err
+	}
+	bootDir, err := b.run.Run(ctx, boot)
 	if err != nil {
 		return nil, err
 	}
@@ -128,15 +133,15 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
+	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, bootstrapKey: bootIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
 	if err != nil {
 		return nil, err
 	}
-	initBin, err := buildInit(ctx, b.work)
+	initBin, err := buildInit(ctx, b.work, b.r.Base.Architecture)
 	if err != nil {
 		return nil, err
 	}
-	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, epoch: b.epoch})
+	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
 	if err != nil {
 		return nil, err
 	}

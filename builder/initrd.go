@@ -2,7 +2,6 @@ package builder
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,8 +16,9 @@ const initrdFile = "initrd.img"
 
 func defaultInitrdModules() []string { return initrd.DefaultModules }
 
-// liftModules copies the modules names need (dependencies first) out of the
-// image tree, with a load-order list, for the initrd step.
+// liftModules copies the modules names need (dependencies first) and the
+// module index files out of the image tree into a small tree of the same
+// shape, which is all the initrd step needs of the image.
 func liftModules(root, kver string, names []string, out string) error {
 	files, err := initrd.ResolveModules(root, kver, names)
 	if err != nil {
@@ -28,12 +28,20 @@ func liftModules(root, kver string, names []string, out string) error {
 	if err != nil {
 		return err
 	}
+	index, err := filepath.Glob(filepath.Join(dir, "modules.*"))
+	if err != nil {
+		return err
+	}
+	dest := filepath.Join(out, "usr/lib/modules", kver)
+	for _, f := range index {
+		files = append(files, filepath.Base(f))
+	}
 	for _, f := range files {
-		if err := copyFile(filepath.Join(dir, f), filepath.Join(out, f), 0o644); err != nil {
+		if err := copyFile(filepath.Join(dir, f), filepath.Join(dest, f), 0o644); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(out, "order"), []byte(strings.Join(files, "\n")+"\n"), 0o644)
+	return nil
 }
 
 // initrdStep packs the init, the kernel modules and the root image into the
@@ -41,6 +49,7 @@ func liftModules(root, kver string, names []string, out string) error {
 type initrdStep struct {
 	assembled string
 	init      string
+	modules   []string
 	epoch     int64
 }
 
@@ -61,6 +70,7 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 		return nil, err
 	}
 	in.AddDigest("modules", d)
+	in.Add("module-names", strings.Join(s.modules, ","))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
 }
@@ -71,9 +81,10 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 		return err
 	}
 	return initrd.Assemble(initrd.AssembleOptions{
-		Init:            s.init,
-		ModulesDir:      filepath.Join(s.assembled, modulesDir),
+		InitBinary:      s.init,
+		RootFS:          filepath.Join(s.assembled, modulesDir),
 		KernelRelease:   kver,
+		Modules:         s.modules,
 		RootImage:       filepath.Join(s.assembled, rootImage),
 		SourceDateEpoch: s.epoch,
 		Output:          filepath.Join(out, initrdFile),
@@ -81,7 +92,7 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 }
 
 // buildInit compiles the initrd's init for this build.
-func buildInit(ctx context.Context, work string) (string, error) {
+func buildInit(ctx context.Context, work, arch string) (string, error) {
 	p := filepath.Join(work, "init")
-	return p, initrd.BuildInitBinary(ctx, p)
+	return p, initrd.BuildInitBinary(ctx, p, arch)
 }

@@ -36,7 +36,6 @@ const (
 	espLabel       = "OSB-ESP"
 	sectorSize     = 512
 	partAlign      = MiB
-	gptArraySize   = 128 * 128 // entries * entry size: 32 sectors
 	attrReadOnly   = uint64(1) << 60
 	defaultArch    = "amd64"
 	dataSizeLimMiB = 1 << 24 // 16 TiB: a sanity bound for DataSizeMiB
@@ -89,14 +88,14 @@ func rootType(arch string) string {
 
 // Layout is where things go on the disk, in bytes.
 type Layout struct {
-	DiskSize              int64
-	ESPStart, ESPSize     int64
-	RootStart, RootSize   int64
-	DataStart, DataSize   int64 // DataSize 0: no data partition
-	RootImageSize         int64 // bytes of squashfs, <= RootSize
-	espFiles              []fatFile
-	espImage              FATImage
-	rootSource, rootLabel string
+	DiskSize            int64
+	ESPStart, ESPSize   int64
+	RootStart, RootSize int64
+	DataStart, DataSize int64 // DataSize 0: no data partition
+	RootImageSize       int64 // bytes of squashfs, <= RootSize
+	espFiles            []fatFile
+	espImage            FATImage
+	rootSource          string
 }
 
 // Plan checks the options and computes the layout without writing.

@@ -16,8 +16,13 @@ const (
 	bsNumFATs          = 0x10
 	bsSectorsPerFAT32  = 0x24
 	bsRootCluster      = 0x2c
+	bsFSInfoSector     = 0x30
 	bsBackupBootSector = 0x32
+	bsTotalSectors32   = 0x20
 	bsVolumeID32       = 0x43
+
+	fsiFreeCount = 0x1e8
+	fsiNextFree  = 0x1ec
 
 	fatAttrLongName = 0x0f
 	fatAttrDir      = 0x10
@@ -28,13 +33,15 @@ const (
 // fatEpoch is the earliest time a FAT directory entry can hold.
 var fatEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// normalizeFAT makes a FAT32 file system written by go-diskfs reproducible:
-// go-diskfs stamps directory entries (the volume label's always, "." and
-// ".." with their directory's creation time) with time.Now() unless
-// SOURCE_DATE_EPOCH is set in the process environment, and leaves the
-// volume serial 0 in reproducible mode. So this walks every directory and
-// sets all of its entries' times to mtime, and writes volumeID into both
-// boot sectors.
+// normalizeFAT makes a FAT32 file system written by go-diskfs reproducible
+// and clean for fsck.fat. go-diskfs v1.9.1 stamps directory entries (the
+// volume label's always, "." and ".." with their directory's creation time)
+// with time.Now() unless SOURCE_DATE_EPOCH is set in the process
+// environment, and leaves the volume serial 0 in reproducible mode. It also
+// gives empty files a cluster, points ".." of top-level directories at the
+// root's cluster instead of 0, and leaves the free-cluster count unknown.
+// So this walks every directory, sets every entry's times to mtime and fixes
+// those entries, writes volumeID into both boot sectors and fills in FSInfo.
 func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error {
 	bs := make([]byte, 512)
 	if _, err := f.ReadAt(bs, off); err != nil {
@@ -47,6 +54,8 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 	sectorsPerFAT := int64(binary.LittleEndian.Uint32(bs[bsSectorsPerFAT32:]))
 	rootCluster := binary.LittleEndian.Uint32(bs[bsRootCluster:])
 	backup := int64(binary.LittleEndian.Uint16(bs[bsBackupBootSector:]))
+	fsInfo := int64(binary.LittleEndian.Uint16(bs[bsFSInfoSector:]))
+	totalSectors := int64(binary.LittleEndian.Uint32(bs[bsTotalSectors32:]))
 	if bytesPerSector != 512 || spc == 0 || numFATs == 0 || sectorsPerFAT == 0 {
 		return errors.New("not a FAT32 boot sector")
 	}
@@ -59,12 +68,15 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 		}
 	}
 
+	fatStart := off + reserved*bytesPerSector
 	fat := make([]byte, sectorsPerFAT*bytesPerSector)
-	if _, err := f.ReadAt(fat, off+reserved*bytesPerSector); err != nil {
+	if _, err := f.ReadAt(fat, fatStart); err != nil {
 		return fmt.Errorf("reading FAT: %w", err)
 	}
 	clusterSize := spc * bytesPerSector
 	dataStart := off + (reserved+numFATs*sectorsPerFAT)*bytesPerSector
+	dataClusters := (totalSectors - reserved - numFATs*sectorsPerFAT) / spc
+	fatChanged := false
 	chain := func(first uint32) ([]uint32, error) {
 		var cs []uint32
 		for c := first; c < fatEndOfChain; c = binary.LittleEndian.Uint32(fat[4*int64(c):]) & fatClusterMask {
@@ -78,8 +90,8 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 
 	date, clock := fatDateTime(mtime)
 	visited := map[uint32]bool{}
-	var walk func(first uint32) error
-	walk = func(first uint32) error {
+	var walk func(first uint32, isRoot bool) error
+	walk = func(first uint32, isRoot bool) error {
 		if visited[first] {
 			return nil
 		}
@@ -110,9 +122,26 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 			binary.LittleEndian.PutUint16(ent[22:], clock)
 			binary.LittleEndian.PutUint16(ent[24:], date)
 			name := string(ent[0:11])
-			if ent[11]&fatAttrDir != 0 && name != ".          " && name != "..         " {
-				c := uint32(binary.LittleEndian.Uint16(ent[20:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[26:]))
+			c := uint32(binary.LittleEndian.Uint16(ent[20:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[26:]))
+			isDir := ent[11]&fatAttrDir != 0
+			size := binary.LittleEndian.Uint32(ent[28:])
+			switch {
+			case isDir && name == "..         " && !isRoot && c == rootCluster:
+				// ".." naming the root holds 0, not the root's cluster.
+				setEntryCluster(ent, 0)
+			case isDir && name != ".          " && name != "..         ":
 				subdirs = append(subdirs, c)
+			case !isDir && size == 0 && c != 0 && ent[11]&0x08 == 0:
+				// An empty file owns no clusters: free its chain.
+				cs, err := chain(c)
+				if err != nil {
+					return err
+				}
+				for _, fc := range cs {
+					binary.LittleEndian.PutUint32(fat[4*int64(fc):], 0)
+				}
+				setEntryCluster(ent, 0)
+				fatChanged = true
 			}
 		}
 		for i, c := range clusters {
@@ -121,13 +150,50 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 			}
 		}
 		for _, c := range subdirs {
-			if err := walk(c); err != nil {
+			if err := walk(c, false); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return walk(rootCluster)
+	if err := walk(rootCluster, true); err != nil {
+		return err
+	}
+	if fatChanged {
+		for i := int64(0); i < numFATs; i++ {
+			if _, err := f.WriteAt(fat, fatStart+i*sectorsPerFAT*bytesPerSector); err != nil {
+				return fmt.Errorf("writing FAT %d: %w", i, err)
+			}
+		}
+	}
+	return writeFSInfo(f, off+fsInfo*bytesPerSector, fat, dataClusters)
+}
+
+func setEntryCluster(ent []byte, c uint32) {
+	binary.LittleEndian.PutUint16(ent[20:], uint16(c>>16))
+	binary.LittleEndian.PutUint16(ent[26:], uint16(c))
+}
+
+// writeFSInfo records the free cluster count and the first free cluster,
+// which go-diskfs leaves as "unknown" and fsck.fat then complains about.
+func writeFSInfo(f *os.File, at int64, fat []byte, dataClusters int64) error {
+	var free, next uint32
+	next = 0xffffffff
+	for c := int64(2); c < dataClusters+2 && 4*c < int64(len(fat)); c++ {
+		if binary.LittleEndian.Uint32(fat[4*c:])&fatClusterMask == 0 {
+			free++
+			if next == 0xffffffff {
+				next = uint32(c)
+			}
+		}
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[0:], free)
+	binary.LittleEndian.PutUint32(b[4:], next)
+	if _, err := f.WriteAt(b[:], at+fsiFreeCount); err != nil {
+		return fmt.Errorf("writing FSInfo: %w", err)
+	}
+	return nil
 }
 
 // fatDateTime encodes t (UTC, clamped to the FAT epoch) as FAT date and

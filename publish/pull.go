@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -275,17 +274,4 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-// decodeConfig reads an image's config blob as ImageConfig.
-func decodeConfig(img v1.Image) (osimage.ImageConfig, error) {
-	var cfg osimage.ImageConfig
-	raw, err := img.RawConfigFile()
-	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return cfg, fmt.Errorf("parse config: %w", err)
-	}
-	return cfg, nil
 }

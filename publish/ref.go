@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -60,6 +61,9 @@ func (o Options) nameOptions() []name.Option {
 	return nil
 }
 
+// validTag is the OCI distribution spec's tag grammar.
+var validTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+
 // Target is a parsed reference: either a registry reference or a local OCI
 // layout path with an optional tag.
 type Target struct {
@@ -95,7 +99,7 @@ func ParseTarget(ref string, opts Options) (Target, error) {
 			if path == "" {
 				return Target{}, fmt.Errorf("reference %q: empty layout path", ref)
 			}
-			if _, err := name.NewTag("x:"+tag, name.StrictValidation); err != nil {
+			if !validTag.MatchString(tag) {
 				return Target{}, fmt.Errorf("reference %q: invalid tag %q", ref, tag)
 			}
 		}

@@ -29,6 +29,9 @@ type Recipe struct {
 	Resolved []*Layer `json:"resolved,omitempty"`
 	// Path is the recipe file this was loaded from. Filled by Load.
 	Path string `json:"-"`
+
+	// src remembers where every field came from, for located errors.
+	src *sources
 }
 
 // Base is the distribution a recipe starts from.

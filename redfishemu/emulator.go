@@ -67,6 +67,7 @@ type Options struct {
 type Emulator struct {
 	opts     Options
 	requests atomic.Int64
+	faults   atomic.Int64
 	mux      *http.ServeMux
 
 	mu       sync.Mutex
@@ -113,6 +114,9 @@ func New(opts Options) *Emulator {
 // Requests counts every HTTP request received.
 func (e *Emulator) Requests() int64 { return e.requests.Load() }
 
+// Faults counts injected faults (503 and 412).
+func (e *Emulator) Faults() int64 { return e.faults.Load() }
+
 // Boots returns every boot so far.
 func (e *Emulator) Boots() []BootEvent {
 	e.mu.Lock()
@@ -122,10 +126,10 @@ func (e *Emulator) Boots() []BootEvent {
 
 // Snapshot is the emulated system's state, for tests.
 type Snapshot struct {
-	PowerState                                                       string
-	OverrideEnabled, OverrideTarget, OverrideMode, HTTPBootURI       string
-	MediaInserted, MediaWriteProtected                               bool
-	MediaImage                                                       string
+	PowerState                                                 string
+	OverrideEnabled, OverrideTarget, OverrideMode, HTTPBootURI string
+	MediaInserted, MediaWriteProtected                         bool
+	MediaImage                                                 string
 }
 
 // State returns a snapshot of the system.
@@ -201,6 +205,7 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logout := r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/redfish/v1/SessionService/Sessions/")
 	if !logout && r.URL.Path != "/redfish/v1" && r.URL.Path != "/redfish/v1/" {
 		if e.opts.FaultEveryN > 0 && n%int64(e.opts.FaultEveryN) == 0 {
+			e.faults.Add(1)
 			writeError(w, http.StatusServiceUnavailable, "Base.1.0.ServiceTemporarilyUnavailable", "injected fault: BMC busy")
 			return
 		}
@@ -212,6 +217,9 @@ func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				e.version++ // someone else changed the resource
 			}
 			e.mu.Unlock()
+			if hit {
+				e.faults.Add(1)
+			}
 			if stale {
 				writeError(w, http.StatusPreconditionFailed, "Base.1.0.PreconditionFailed", "injected fault: ETag does not match")
 				return
@@ -529,7 +537,7 @@ func (e *Emulator) getMedia(w http.ResponseWriter, r *http.Request) {
 	body := obj{"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/CD1", "@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "Id": "CD1", "Name": "Virtual CD",
 		"MediaTypes": []string{"CD", "DVD"}, "Inserted": e.media.Inserted, "Image": e.media.Image, "WriteProtected": e.media.WriteProtected,
 		"ConnectedVia": map[bool]string{true: "URI", false: "NotConnected"}[e.media.Inserted],
-		"Actions": obj{"#VirtualMedia.InsertMedia": obj{"target": base + "InsertMedia"}, "#VirtualMedia.EjectMedia": obj{"target": base + "EjectMedia"}}}
+		"Actions":      obj{"#VirtualMedia.InsertMedia": obj{"target": base + "InsertMedia"}, "#VirtualMedia.EjectMedia": obj{"target": base + "EjectMedia"}}}
 	tag := e.etag()
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, tag, body)

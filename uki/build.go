@@ -195,6 +195,9 @@ func (pl *plan) writeTo(w io.Writer) error {
 // Write assembles the UKI described by opts and writes it to w. It holds no
 // copy of the kernel or initrd beyond the caller's.
 func Write(w io.Writer, opts Options) (int64, error) {
+	if (opts.Signer == nil) != (opts.Certificate == nil) {
+		return 0, errors.New("uki: Signer and Certificate must be set together")
+	}
 	pl, err := layout(opts)
 	if err != nil {
 		return 0, err
@@ -343,7 +346,13 @@ func layout(opts Options) (*plan, error) {
 		if uint64(s.VirtualAddress) < vaEnd {
 			return nil, fmt.Errorf("uki: stub section %d (%s) at VA %#x overlaps or precedes the previous one (ends %#x)", i, s.Name, s.VirtualAddress, vaEnd)
 		}
-		vaEnd = uint64(s.VirtualAddress) + uint64(max(s.VirtualSize, s.SizeOfRawData))
+		// In memory a section spans VirtualSize bytes (SizeOfRawData when
+		// VirtualSize is zero); raw padding beyond it is not mapped.
+		span := s.VirtualSize
+		if span == 0 {
+			span = s.SizeOfRawData
+		}
+		vaEnd = uint64(s.VirtualAddress) + uint64(span)
 		minVA = min(minVA, uint64(s.VirtualAddress))
 	}
 	vaEnd = max(vaEnd, uint64(stub.SizeOfImage))
@@ -362,10 +371,10 @@ func layout(opts Options) (*plan, error) {
 	if sizeOfHeaders > minVA {
 		return nil, fmt.Errorf("uki: no room for %d section headers: headers would need %#x bytes but the stub's first section starts at VA %#x", nsec, sizeOfHeaders, minVA)
 	}
-	if newTableEnd > oldTableEnd && newTableEnd <= int(stub.SizeOfHeaders) {
-		for _, b := range opts.Stub[oldTableEnd:newTableEnd] {
+	if end := min(newTableEnd, int(stub.SizeOfHeaders)); end > oldTableEnd {
+		for _, b := range opts.Stub[oldTableEnd:end] {
 			if b != 0 {
-				return nil, fmt.Errorf("uki: no room for %d section headers: stub header bytes after its section table (%#x..%#x) are in use", nsec, oldTableEnd, newTableEnd)
+				return nil, fmt.Errorf("uki: no room for %d section headers: stub header bytes after its section table (%#x..%#x) are in use", nsec, oldTableEnd, end)
 			}
 		}
 	}
@@ -385,18 +394,19 @@ func layout(opts Options) (*plan, error) {
 	moved := false
 	for _, i := range order {
 		s := &kept[i]
-		if s.SizeOfRawData == 0 {
+		if s.SizeOfRawData == 0 { // nothing in the file (e.g. .bss)
+			s.PointerToRawData = 0
 			continue
+		}
+		if s.SizeOfRawData%uint32(fa) != 0 {
+			return nil, fmt.Errorf("uki: stub section %s has SizeOfRawData %#x, not a multiple of FileAlignment", s.Name, s.SizeOfRawData)
 		}
 		if uint64(s.PointerToRawData) != fileOff {
 			moved = true
 		}
 		pl.regions = append(pl.regions, region{data: stub.rawData(*s), size: s.SizeOfRawData})
 		s.PointerToRawData = uint32(fileOff)
-		fileOff += alignUp(uint64(s.SizeOfRawData), fa)
-		if s.SizeOfRawData%uint32(fa) != 0 {
-			return nil, fmt.Errorf("uki: stub section %s has SizeOfRawData %#x, not a multiple of FileAlignment", s.Name, s.SizeOfRawData)
-		}
+		fileOff += uint64(s.SizeOfRawData)
 	}
 	if _, dbgSize := stub.dir(dirDebug); moved && dbgSize != 0 {
 		// Debug directory entries hold file offsets we would have to fix.

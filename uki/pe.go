@@ -180,6 +180,9 @@ func parsePE(data []byte) (*peFile, error) {
 // rawData returns the section's bytes as stored in the file (SizeOfRawData,
 // padding included).
 func (p *peFile) rawData(s sectionHeader) []byte {
+	if s.SizeOfRawData == 0 { // PointerToRawData is meaningless then
+		return nil
+	}
 	return p.data[s.PointerToRawData : s.PointerToRawData+s.SizeOfRawData]
 }
 

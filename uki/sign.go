@@ -185,7 +185,7 @@ func signedData(digest []byte, key crypto.Signer, cert *x509.Certificate) ([]byt
 		derInt(1),
 		derSeq(cert.RawIssuer, serial),
 		sha256Alg,
-		der(0xa0, derContents(attrSet)...), // [0] IMPLICIT SET OF Attribute
+		der(0xa0, derContents(attrSet)), // [0] IMPLICIT SET OF Attribute
 		derSeq(derOID(oidRSAEncryption), derNull),
 		der(0x04, sig),
 	)

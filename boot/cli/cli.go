@@ -1,0 +1,337 @@
+// Package cli is the serverboot command line: plan, boot, status, eject. It
+// only wires flags to the boot, boot/redfish and boot/artifacts libraries.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/spf13/cobra"
+
+	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/boot/artifacts"
+	"github.com/ironcore-dev/os-builder/boot/redfish"
+	"github.com/ironcore-dev/os-builder/osimage"
+)
+
+// Exit codes. They are part of the interface: scripts branch on them.
+const (
+	ExitOK       = 0
+	ExitUsage    = 2 // bad flags or arguments
+	ExitMismatch = 3 // the plan cannot be carried out: image lacks the artifacts, BMC lacks the capability
+	ExitBMC      = 4 // the BMC failed or was unreachable
+	ExitTimeout  = 5 // a wait ran out (media insertion, boot evidence, --timeout)
+)
+
+type usageError struct{ error }
+
+type options struct {
+	bmc, image, method, policy      string
+	listen, advertise, cacheDir     string
+	stateFile, credentialsFile      string
+	jsonOut, insecureSkipVerify     bool
+	insecureRegistry, basicAuth     bool
+	timeout, evidenceTimeout, serve time.Duration
+	stdout, stderr                  io.Writer
+}
+
+// Run executes serverboot with args and returns the exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o := &options{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "serverboot",
+		Short:         "Boot a server through its BMC the way its image says it boots",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.bmc, "bmc", "", "BMC Redfish endpoint (https://bmc.example)")
+	pf.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
+	pf.StringVar(&o.method, "method", "", "force a boot method the image supports: uefi-http, pxe, virtual-media, disk")
+	pf.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
+	pf.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
+	pf.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
+	pf.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "serverboot-cache"), "artifact blob cache directory")
+	pf.StringVar(&o.stateFile, "state", "", "boot state file (JSON); a re-run resumes from it")
+	pf.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
+	pf.BoolVar(&o.jsonOut, "json", false, "print JSON")
+	pf.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
+	pf.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
+	pf.BoolVar(&o.basicAuth, "basic-auth", false, "use HTTP basic auth instead of a Redfish session")
+	pf.DurationVar(&o.timeout, "timeout", 30*time.Minute, "overall timeout")
+	pf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
+	pf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	root.AddCommand(
+		&cobra.Command{Use: "plan", Short: "Print the boot plan (dry run: no BMC call)", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return o.plan(cmd.Context()) }},
+		&cobra.Command{Use: "boot", Short: "Boot the server", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return o.boot(cmd.Context()) }},
+		&cobra.Command{Use: "status", Short: "Show BMC boot state and saved conditions", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return o.status(cmd.Context()) }},
+		&cobra.Command{Use: "eject", Short: "Eject virtual media", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return o.eject(cmd.Context()) }},
+	)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "serverboot:", err)
+	return ExitCode(err)
+}
+
+// ExitCode maps an error to the documented exit codes.
+func ExitCode(err error) int {
+	var u usageError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &u):
+		return ExitUsage
+	case errors.Is(err, boot.ErrPlan), errors.Is(err, boot.ErrCapability):
+		return ExitMismatch
+	case errors.Is(err, boot.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return ExitTimeout
+	}
+	// Unknown commands and missing flags come back from cobra untyped.
+	if e := err.Error(); len(e) > 8 && e[:8] == "unknown " {
+		return ExitUsage
+	}
+	return ExitBMC
+}
+
+func (o *options) need(flags ...string) error {
+	for _, f := range flags {
+		var v string
+		switch f {
+		case "bmc":
+			v = o.bmc
+		case "image":
+			v = o.image
+		}
+		if v == "" {
+			return usageError{fmt.Errorf("--%s is required", f)}
+		}
+	}
+	return nil
+}
+
+func (o *options) advertiseURL() (string, error) {
+	if o.advertise != "" {
+		return o.advertise, nil
+	}
+	host, port, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--artifact-listen %q: %w", o.listen, err)}
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return "", usageError{errors.New("--artifact-advertise is required when --artifact-listen binds all addresses")}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+func (o *options) resolve(ctx context.Context) (*boot.Plan, name.Reference, error) {
+	if err := o.need("image"); err != nil {
+		return nil, nil, err
+	}
+	var nopts []name.Option
+	if o.insecureRegistry {
+		nopts = append(nopts, name.Insecure)
+	}
+	ref, err := name.ParseReference(o.image, nopts...)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--image: %w", err)}
+	}
+	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: fetching image %s: %w", boot.ErrPlan, ref, err)
+	}
+	id, err := boot.ReadIdentity(img, ref.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", boot.ErrPlan, err)
+	}
+	req := boot.Request{Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy)}
+	if req.Policy != boot.None && req.Method != osimage.BootDisk && (req.Method != "" || id.Default != osimage.BootDisk) {
+		if req.ArtifactBaseURL, err = o.advertiseURL(); err != nil {
+			return nil, nil, err
+		}
+	}
+	p, err := boot.Resolve(id, req)
+	return p, ref, err
+}
+
+func (o *options) plan(ctx context.Context) error {
+	p, _, err := o.resolve(ctx)
+	if err != nil {
+		return err
+	}
+	if o.jsonOut {
+		return o.printJSON(p)
+	}
+	return p.WriteText(o.stdout)
+}
+
+func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
+	if err := o.need("bmc"); err != nil {
+		return nil, err
+	}
+	var creds redfish.Credentials
+	var err error
+	if o.credentialsFile != "" {
+		creds, err = redfish.CredentialsFromFile(o.credentialsFile)
+	} else {
+		creds, err = redfish.CredentialsFromEnv()
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, BasicAuth: o.basicAuth})
+}
+
+func (o *options) boot(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	// Resolve before touching the BMC: a mismatch never costs a BMC call.
+	p, ref, err := o.resolve(ctx)
+	if err != nil {
+		return err
+	}
+	st := &boot.State{}
+	if o.stateFile != "" {
+		if st, err = boot.LoadState(o.stateFile); err != nil {
+			return err
+		}
+	}
+	d := &boot.Driver{EvidenceTimeout: o.evidenceTimeout}
+	if o.stateFile != "" {
+		d.Persist = func(s *boot.State) error { return boot.SaveState(o.stateFile, s) }
+	}
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	var served chan error
+	if p.Method != osimage.BootDisk && p.Policy != boot.None {
+		srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: ref.Context(),
+			Options: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}}, o.cacheDir, mustAdvertise(o))
+		if err != nil {
+			return err
+		}
+		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
+		served = make(chan error, 1)
+		go func() { served <- srv.ListenAndServe(serveCtx, o.listen, nil) }()
+	}
+	bmc, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer bmc.Close()
+	runErr := d.Run(ctx, boot.LoggingBMC{BMC: bmc, Logf: func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }}, p, st)
+	if o.jsonOut {
+		_ = o.printJSON(st)
+	} else {
+		writeConditions(o.stdout, st)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if served != nil {
+		fmt.Fprintf(o.stderr, "serving artifacts for %s more (Ctrl-C to stop)\n", o.serve)
+		select {
+		case <-time.After(o.serve):
+		case <-ctx.Done():
+		case err := <-served:
+			return err
+		}
+	}
+	return nil
+}
+
+func mustAdvertise(o *options) string {
+	u, _ := o.advertiseURL()
+	return u
+}
+
+func (o *options) status(ctx context.Context) error {
+	bmc, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer bmc.Close()
+	out := struct {
+		PowerState   string            `json:"powerState"`
+		Override     boot.Override     `json:"override"`
+		Media        *boot.Media       `json:"media,omitempty"`
+		Capabilities boot.Capabilities `json:"capabilities"`
+		Conditions   []boot.Condition  `json:"conditions,omitempty"`
+	}{}
+	if out.PowerState, err = bmc.PowerState(ctx); err != nil {
+		return err
+	}
+	if out.Override, err = bmc.BootOverride(ctx); err != nil {
+		return err
+	}
+	if out.Capabilities, err = bmc.Capabilities(ctx); err != nil {
+		return err
+	}
+	if out.Capabilities.VirtualMediaCD {
+		m, err := bmc.Media(ctx)
+		if err != nil {
+			return err
+		}
+		out.Media = &m
+	}
+	if o.stateFile != "" {
+		st, err := boot.LoadState(o.stateFile)
+		if err != nil {
+			return err
+		}
+		out.Conditions = st.Conditions
+	}
+	if o.jsonOut {
+		return o.printJSON(out)
+	}
+	fmt.Fprintf(o.stdout, "manufacturer: %s\npower:        %s\noverride:     %s %s %s\n", out.Capabilities.Manufacturer, out.PowerState, out.Override.Target, out.Override.Enabled, out.Override.HTTPBootURI)
+	if out.Media != nil {
+		fmt.Fprintf(o.stdout, "media:        inserted=%t %s\n", out.Media.Inserted, out.Media.Image)
+	}
+	writeConditions(o.stdout, &boot.State{Conditions: out.Conditions})
+	return nil
+}
+
+func (o *options) eject(ctx context.Context) error {
+	bmc, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer bmc.Close()
+	return bmc.EjectMedia(ctx)
+}
+
+func (o *options) printJSON(v any) error {
+	enc := json.NewEncoder(o.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeConditions(w io.Writer, st *boot.State) {
+	for _, c := range st.Conditions {
+		fmt.Fprintf(w, "%-22s %-7s %-22s %s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+}

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/boot/redfish"
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/redfishemu"
+)
+
+// pushUKIImage pushes an image offering uefi-http and disk.
+func pushUKIImage(t *testing.T) string {
+	t.Helper()
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	for _, l := range []struct{ mt, title string }{{osimage.MediaTypeUKI, "uki.efi"}, {osimage.MediaTypeDisk, "disk.raw"}} {
+		var err error
+		img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer([]byte(l.title+" bytes"), types.MediaType(l.mt)),
+			MediaType: types.MediaType(l.mt), Annotations: map[string]string{osimage.AnnotationTitle: l.title}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: "uefi-http,disk", osimage.AnnotationBootDefault: "uefi-http"}).(v1.Image)
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/os/uki:1"
+	r, _ := name.ParseReference(ref, name.Insecure)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestExitCodes(t *testing.T) {
+	ref := pushUKIImage(t)
+	t.Setenv(redfish.EnvUsername, "admin")
+	t.Setenv(redfish.EnvPassword, "password")
+	listen := freeAddr(t)
+	// The emulated firmware fetches what the system boots, as a machine would.
+	emu := redfishemu.New(redfishemu.Options{OnBoot: func(ev redfishemu.BootEvent) {
+		if ev.HTTPBootURI != "" {
+			if resp, err := http.Get(ev.HTTPBootURI); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}})
+	bmc := httptest.NewServer(emu)
+	defer bmc.Close()
+	dead := httptest.NewServer(nil)
+	dead.Close()
+	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", t.TempDir()}
+	state := t.TempDir() + "/state.json"
+
+	tests := []struct {
+		name     string
+		args     []string
+		want     int
+		contains string
+	}{
+		{"no image", []string{"plan"}, ExitUsage, "--image is required"},
+		{"bad flag", []string{"plan", "--nope"}, ExitUsage, "unknown flag"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, "unknown command"},
+		{"plan", append([]string{"plan"}, common...), ExitOK, ""},
+		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has uki, disk"},
+		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
+		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
+		{"status", append([]string{"status", "--bmc", bmc.URL, "--state", state, "--json"}, common...), ExitOK, ""},
+		{"eject", []string{"eject", "--bmc", bmc.URL}, ExitOK, ""},
+	}
+	for _, tc := range tests {
+		before := emu.Requests()
+		code, out, errOut := run(t, tc.args...)
+		if code != tc.want || !strings.Contains(errOut+out, tc.contains) {
+			t.Errorf("%s: exit %d, want %d; stdout %q stderr %q", tc.name, code, tc.want, out, errOut)
+		}
+		if tc.name == "mismatch" && emu.Requests() != before {
+			t.Errorf("mismatch made %d BMC requests", emu.Requests()-before)
+		}
+		if tc.name == "status" {
+			var st struct {
+				Override   boot.Override
+				Conditions []boot.Condition
+			}
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				t.Fatal(err)
+			}
+			// NetworkBootOnce pinned disk after the HTTP boot.
+			if st.Override.Target != "Hdd" || len(st.Conditions) == 0 {
+				t.Errorf("status %s", out)
+			}
+		}
+	}
+	if b := emu.Boots(); len(b) != 1 || b[0].Target != "UefiHttp" {
+		t.Errorf("boots %+v", b)
+	}
+}

@@ -1,0 +1,282 @@
+package boot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+)
+
+// Policy says when a server network-boots, after the metal-operator
+// discussion on spec.bootPolicy.
+type Policy string
+
+const (
+	// NetworkBootOnce boots the image once; afterwards every boot and reset
+	// goes to disk and the server is never re-provisioned by this state.
+	NetworkBootOnce Policy = "NetworkBootOnce"
+	// NetworkBootAlways sets a one-time override before every boot the
+	// caller drives; the caller re-runs the plan for each boot.
+	NetworkBootAlways Policy = "NetworkBootAlways"
+	// None sets no boot override at all: only the power action.
+	None Policy = "None"
+)
+
+// ErrPlan marks errors found while resolving a plan, before any BMC call.
+var ErrPlan = errors.New("boot plan")
+
+// Redfish BootSourceOverrideTarget values the plan uses. Vendor spellings
+// (Supermicro's UsbCd) are the BMC client's business, not the plan's.
+const (
+	TargetUefiHttp = "UefiHttp"
+	TargetPxe      = "Pxe"
+	TargetCd       = "Cd"
+	TargetHdd      = "Hdd"
+	TargetNone     = "None"
+)
+
+// Override enablement values (BootSourceOverrideEnabled).
+const (
+	EnabledOnce       = "Once"
+	EnabledContinuous = "Continuous"
+	EnabledDisabled   = "Disabled"
+)
+
+// Request is what the caller asks for.
+type Request struct {
+	// Method forces a boot method; empty means the image's default.
+	Method osimage.BootMethod `json:"method,omitempty"`
+	// Policy defaults to NetworkBootOnce.
+	Policy Policy `json:"policy,omitempty"`
+	// ArtifactBaseURL is where the server fetches artifacts: the artifact
+	// server's advertised base URL (e.g. http://10.0.0.5:8080).
+	ArtifactBaseURL string `json:"artifactBaseURL,omitempty"`
+}
+
+// StepKind names a step of a plan.
+type StepKind string
+
+const (
+	StepPublishArtifacts StepKind = "publish-artifacts"
+	StepCheckCapability  StepKind = "check-capability"
+	StepEjectMedia       StepKind = "eject-media"
+	StepInsertMedia      StepKind = "insert-media"
+	StepWaitMedia        StepKind = "wait-media-inserted"
+	StepSetOverride      StepKind = "set-override"
+	StepPower            StepKind = "power-on-or-restart"
+	StepWaitEvidence     StepKind = "wait-evidence"
+	StepPinDisk          StepKind = "pin-disk"
+)
+
+// Plan is an ordered list of steps, as data: JSON-serialisable and printable
+// for a dry run. It depends only on the image identity and the request.
+type Plan struct {
+	Image  string             `json:"image,omitempty"`
+	Method osimage.BootMethod `json:"method"`
+	Policy Policy             `json:"policy"`
+	Steps  []Step             `json:"steps"`
+}
+
+// Step is one action of a plan. Only the fields of its kind are set.
+type Step struct {
+	Kind StepKind `json:"kind"`
+	// Artifacts and Scripts to publish (StepPublishArtifacts).
+	Artifacts []PublishedArtifact `json:"artifacts,omitempty"`
+	Scripts   []Script            `json:"scripts,omitempty"`
+	// RequireTarget is a boot target the BMC must allow; RequireVirtualMedia
+	// asks for a CD-capable virtual media slot (StepCheckCapability).
+	RequireTarget       string `json:"requireTarget,omitempty"`
+	RequireVirtualMedia bool   `json:"requireVirtualMedia,omitempty"`
+	// Override to set (StepSetOverride, StepPinDisk).
+	Override *Override `json:"override,omitempty"`
+	// MediaImage to insert (StepInsertMedia, StepWaitMedia).
+	MediaImage string `json:"mediaImage,omitempty"`
+}
+
+// Override is a boot source override.
+type Override struct {
+	Target      string `json:"target"`
+	Enabled     string `json:"enabled"`
+	Mode        string `json:"mode,omitempty"` // "UEFI"; empty leaves the BMC's mode alone
+	HTTPBootURI string `json:"httpBootUri,omitempty"`
+}
+
+// PublishedArtifact is an artifact and the URL it is served at.
+type PublishedArtifact struct {
+	Artifact
+	URL string `json:"url"`
+}
+
+// Script is a generated text file served by the artifact server (the iPXE
+// script). Its URL is content-addressed, so the same plan yields the same URL.
+type Script struct {
+	Name    string `json:"name"`
+	URL     string `json:"url"`
+	Content string `json:"content"`
+}
+
+// Resolve builds the plan for booting an image. Every check that needs only
+// the image and the request happens here, before any BMC call.
+func Resolve(id *Identity, req Request) (*Plan, error) {
+	if id == nil {
+		return nil, fmt.Errorf("%w: no image identity", ErrPlan)
+	}
+	policy := req.Policy
+	if policy == "" {
+		policy = NetworkBootOnce
+	}
+	if !slices.Contains([]Policy{NetworkBootOnce, NetworkBootAlways, None}, policy) {
+		return nil, fmt.Errorf("%w: unknown policy %q (want NetworkBootOnce, NetworkBootAlways or None)", ErrPlan, policy)
+	}
+	method := req.Method
+	if method == "" {
+		method = id.Default
+	}
+	if !slices.Contains(methodPreference, method) {
+		return nil, fmt.Errorf("%w: unknown boot method %q (want uefi-http, pxe, virtual-media or disk)", ErrPlan, method)
+	}
+	if !slices.Contains(id.Methods, method) || !id.hasArtifactsFor(method) && method != osimage.BootDisk {
+		return nil, fmt.Errorf("%w: image offers no %s for %s: it has %s", ErrPlan, needs(method), method, id.offers())
+	}
+	p := &Plan{Image: id.Reference, Method: method, Policy: policy}
+	if policy == None {
+		// No override, no media, no artifacts: whatever the server boots.
+		p.Steps = []Step{{Kind: StepPower}, {Kind: StepWaitEvidence}}
+		return p, nil
+	}
+	network := method != osimage.BootDisk
+	var base *url.URL
+	if network {
+		if req.ArtifactBaseURL == "" {
+			return nil, fmt.Errorf("%w: method %s needs an artifact server URL", ErrPlan, method)
+		}
+		var err error
+		base, err = url.Parse(strings.TrimSuffix(req.ArtifactBaseURL, "/"))
+		if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+			return nil, fmt.Errorf("%w: artifact server URL %q is not an http(s) URL", ErrPlan, req.ArtifactBaseURL)
+		}
+	}
+	once := &Override{Enabled: EnabledOnce, Mode: "UEFI"}
+	switch method {
+	case osimage.BootUEFIHTTP:
+		uki := publish(base, id, osimage.KindUKI)
+		once.Target, once.HTTPBootURI = TargetUefiHttp, uki.URL
+		p.Steps = append(p.Steps,
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{uki}},
+			Step{Kind: StepCheckCapability, RequireTarget: TargetUefiHttp})
+	case osimage.BootPXE:
+		kernel, initrd := publish(base, id, osimage.KindKernel), publish(base, id, osimage.KindInitrd)
+		script := IPXEScript(base, kernel, initrd, id.Cmdline)
+		once.Target = TargetPxe
+		p.Steps = append(p.Steps,
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{kernel, initrd}, Scripts: []Script{script}},
+			Step{Kind: StepCheckCapability, RequireTarget: TargetPxe})
+	case osimage.BootVirtualMedia:
+		iso := publish(base, id, osimage.KindISO)
+		once.Target = TargetCd
+		p.Steps = append(p.Steps,
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{iso}},
+			Step{Kind: StepCheckCapability, RequireTarget: TargetCd, RequireVirtualMedia: true},
+			Step{Kind: StepEjectMedia},
+			Step{Kind: StepInsertMedia, MediaImage: iso.URL},
+			Step{Kind: StepWaitMedia, MediaImage: iso.URL})
+	case osimage.BootDisk:
+		once.Target = TargetHdd
+		p.Steps = append(p.Steps, Step{Kind: StepCheckCapability, RequireTarget: TargetHdd})
+	}
+	p.Steps = append(p.Steps, Step{Kind: StepSetOverride, Override: once}, Step{Kind: StepPower}, Step{Kind: StepWaitEvidence})
+	if policy == NetworkBootOnce && network {
+		// Every later boot goes to disk, also on BMCs that keep a Once
+		// override forever; the driver falls back to Disabled where
+		// Continuous is unsupported.
+		p.Steps = append(p.Steps, Step{Kind: StepPinDisk, Override: &Override{Target: TargetHdd, Enabled: EnabledContinuous, Mode: "UEFI"}})
+	}
+	return p, nil
+}
+
+func needs(m osimage.BootMethod) string {
+	switch m {
+	case osimage.BootUEFIHTTP:
+		return "uki"
+	case osimage.BootPXE:
+		return "kernel+initrd"
+	case osimage.BootVirtualMedia:
+		return "iso"
+	}
+	return "disk"
+}
+
+// ArtifactURL is where an artifact server with the given base URL serves a
+// blob: content-addressed, ending in the artifact's file name (so .efi/.iso
+// extensions survive for firmware that looks at them).
+func ArtifactURL(base *url.URL, digest, name string) string {
+	return base.JoinPath("blobs", digest, name).String()
+}
+
+func publish(base *url.URL, id *Identity, kind osimage.ArtifactKind) PublishedArtifact {
+	a, _ := id.Artifact(kind)
+	return PublishedArtifact{Artifact: a, URL: ArtifactURL(base, a.Digest, a.Name)}
+}
+
+// IPXEScript renders the iPXE script booting kernel+initrd with the command
+// line passed explicitly. Its URL is derived from its content.
+func IPXEScript(base *url.URL, kernel, initrd PublishedArtifact, cmdline string) Script {
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	fmt.Fprintf(&b, "kernel %s initrd=%s", kernel.URL, initrd.Name)
+	if cmdline = strings.TrimSpace(cmdline); cmdline != "" {
+		b.WriteString(" " + cmdline)
+	}
+	fmt.Fprintf(&b, "\ninitrd %s\nboot\n", initrd.URL)
+	sum := sha256.Sum256([]byte(b.String()))
+	name := hex.EncodeToString(sum[:8]) + ".ipxe"
+	return Script{Name: name, URL: base.JoinPath("ipxe", name).String(), Content: b.String()}
+}
+
+// WriteText prints the plan for humans (dry run).
+func (p *Plan) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "image:  %s\nmethod: %s\npolicy: %s\n", p.Image, p.Method, p.Policy)
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "%2d. %s", i+1, s.Kind)
+		switch s.Kind {
+		case StepPublishArtifacts:
+			for _, a := range s.Artifacts {
+				fmt.Fprintf(&b, "\n      %s %s (%s, %d bytes)", a.Kind, a.URL, a.Digest, a.Size)
+			}
+			for _, sc := range s.Scripts {
+				fmt.Fprintf(&b, "\n      script %s\n        %s", sc.URL, strings.ReplaceAll(strings.TrimSpace(sc.Content), "\n", "\n        "))
+			}
+		case StepCheckCapability:
+			fmt.Fprintf(&b, ": target %s allowed", s.RequireTarget)
+			if s.RequireVirtualMedia {
+				b.WriteString(", virtual media CD slot present")
+			}
+		case StepSetOverride, StepPinDisk:
+			fmt.Fprintf(&b, ": %s %s", s.Override.Target, s.Override.Enabled)
+			if s.Override.HTTPBootURI != "" {
+				fmt.Fprintf(&b, " HttpBootUri=%s", s.Override.HTTPBootURI)
+			}
+		case StepInsertMedia, StepWaitMedia:
+			fmt.Fprintf(&b, ": %s", s.MediaImage)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Digest identifies a plan, so a saved State is only resumed for the plan it
+// was made for.
+func (p *Plan) Digest() string {
+	b, _ := json.Marshal(p)
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,536 @@
+// Package redfish is the boot driver's BMC client over Redfish, built on
+// gofish: session auth with logout on Close, TLS verification on by default,
+// minimal PATCH bodies with If-Match, bounded retries with backoff and jitter,
+// task monitor following, and a small vendor quirks table. *Client
+// implements boot.BMC.
+package redfish
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stmcginnis/gofish"
+	"github.com/stmcginnis/gofish/common"
+
+	"github.com/ironcore-dev/os-builder/boot"
+)
+
+// Credentials for the BMC. They print redacted, so they never end up in logs.
+type Credentials struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+func (c Credentials) String() string   { return fmt.Sprintf("{%s <redacted>}", c.Username) }
+func (c Credentials) GoString() string { return c.String() }
+
+// Environment variables CredentialsFromEnv reads.
+const (
+	EnvUsername = "SERVERBOOT_BMC_USERNAME"
+	EnvPassword = "SERVERBOOT_BMC_PASSWORD"
+)
+
+// CredentialsFromEnv reads SERVERBOOT_BMC_USERNAME and SERVERBOOT_BMC_PASSWORD.
+func CredentialsFromEnv() (Credentials, error) {
+	c := Credentials{Username: os.Getenv(EnvUsername), Password: os.Getenv(EnvPassword)}
+	if c.Username == "" {
+		return c, fmt.Errorf("%s is not set", EnvUsername)
+	}
+	return c, nil
+}
+
+// CredentialsFromFile reads {"username": ..., "password": ...}.
+func CredentialsFromFile(path string) (Credentials, error) {
+	var c Credentials
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading BMC credentials: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		// Never echo the file: it holds a password.
+		return Credentials{}, fmt.Errorf("parsing BMC credentials file %s: invalid JSON", path)
+	}
+	if c.Username == "" {
+		return c, fmt.Errorf("BMC credentials file %s has no username", path)
+	}
+	return c, nil
+}
+
+// Retry bounds retries of requests a BMC answers with 5xx, 409 or 412/428
+// (ETag races), or that fail at the transport.
+type Retry struct {
+	Attempts int           // total tries; default 8
+	Base     time.Duration // first backoff; default 250ms, doubled per try
+	Max      time.Duration // backoff cap; default 8s
+}
+
+// Config says how to reach a BMC.
+type Config struct {
+	Endpoint    string // https://bmc.example
+	Credentials Credentials
+	// InsecureSkipVerify turns TLS verification off (labs only).
+	InsecureSkipVerify bool
+	// BasicAuth uses HTTP basic auth instead of a session.
+	BasicAuth bool
+	// SystemID picks a system by Id; default: the first.
+	SystemID string
+	Retry    Retry
+	// HTTPClient overrides the transport (tests, proxies); it then owns TLS.
+	HTTPClient *http.Client
+	// TaskPoll is the task monitor poll interval; default 1s.
+	TaskPoll time.Duration
+}
+
+// keepAlive undoes gofish's "Connection: close" on every request when it is
+// given its own http.Client: a TLS handshake per request is slow on BMCs and
+// they have few connection slots.
+type keepAlive struct{ next http.RoundTripper }
+
+func (k keepAlive) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Close {
+		req = req.Clone(req.Context())
+		req.Close = false
+	}
+	return k.next.RoundTrip(req)
+}
+
+// Client is a connected BMC.
+type Client struct {
+	api          *gofish.APIClient
+	cancel       context.CancelFunc
+	retry        Retry
+	taskPoll     time.Duration
+	systemPath   string
+	managerPath  string
+	mediaPath    string // "" when there is no CD-capable virtual media
+	insertTarget string
+	ejectTarget  string
+	resetTarget  string
+	manufacturer string
+	quirks       Quirks
+	modeReported bool
+	caps         boot.Capabilities
+}
+
+var _ boot.BMC = (*Client)(nil)
+
+// Connect opens a session and discovers the system, its manager and its
+// virtual media slot.
+func Connect(ctx context.Context, cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("BMC endpoint %q is not an http(s) URL", cfg.Endpoint)
+	}
+	c := &Client{retry: cfg.Retry, taskPoll: cfg.TaskPoll}
+	if c.retry.Attempts <= 0 {
+		c.retry.Attempts = 8
+	}
+	if c.retry.Base <= 0 {
+		c.retry.Base = 250 * time.Millisecond
+	}
+	if c.retry.Max <= 0 {
+		c.retry.Max = 8 * time.Second
+	}
+	if c.taskPoll <= 0 {
+		c.taskPoll = time.Second
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in for labs
+		t.MaxIdleConnsPerHost = 4
+		hc = &http.Client{Transport: keepAlive{t}, Timeout: 60 * time.Second}
+	}
+	// The gofish client lives until Close; per-call contexts bound retries.
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	gcfg := gofish.ClientConfig{
+		Endpoint: strings.TrimSuffix(cfg.Endpoint, "/"), Username: cfg.Credentials.Username, Password: cfg.Credentials.Password,
+		BasicAuth: cfg.BasicAuth, HTTPClient: hc, ReuseConnections: true, MaxConcurrentRequests: 2,
+	}
+	err = c.do(ctx, "connect", func() error {
+		api, err := gofish.ConnectContext(life, gcfg)
+		if err == nil {
+			c.api = api
+		}
+		return err
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("connecting to BMC %s: %w", u.Host, err)
+	}
+	if err := c.discover(ctx, cfg.SystemID); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("BMC %s: %w", u.Host, err)
+	}
+	return c, nil
+}
+
+// Close logs out of the session.
+func (c *Client) Close() error {
+	if c.api != nil {
+		c.api.Logout()
+	}
+	c.cancel()
+	return nil
+}
+
+// Manufacturer is the system's (or manager's) manufacturer.
+func (c *Client) Manufacturer() string { return c.manufacturer }
+
+// Quirks in effect for this BMC.
+func (c *Client) Quirks() Quirks { return c.quirks }
+
+type member struct {
+	ID string `json:"@odata.id"`
+}
+
+type systemDoc struct {
+	ID           string `json:"Id"`
+	Manufacturer string
+	PowerState   string
+	Boot         struct {
+		Enabled        string   `json:"BootSourceOverrideEnabled"`
+		EnabledAllowed []string `json:"BootSourceOverrideEnabled@Redfish.AllowableValues"`
+		Target         string   `json:"BootSourceOverrideTarget"`
+		TargetAllowed  []string `json:"BootSourceOverrideTarget@Redfish.AllowableValues"`
+		Mode           *string  `json:"BootSourceOverrideMode"`
+		HTTPBootURI    string   `json:"HttpBootUri"`
+	}
+	VirtualMedia member
+	Actions      struct {
+		Reset struct {
+			Target string `json:"target"`
+		} `json:"#ComputerSystem.Reset"`
+	}
+	Links struct {
+		ManagedBy []member
+	}
+}
+
+type mediaDoc struct {
+	MediaTypes []string
+	Inserted   bool
+	Image      string
+	Actions    struct {
+		Insert struct {
+			Target string `json:"target"`
+		} `json:"#VirtualMedia.InsertMedia"`
+		Eject struct {
+			Target string `json:"target"`
+		} `json:"#VirtualMedia.EjectMedia"`
+	}
+}
+
+func (c *Client) discover(ctx context.Context, systemID string) error {
+	var systems struct{ Members []member }
+	if _, err := c.get(ctx, "/redfish/v1/Systems", &systems); err != nil {
+		return fmt.Errorf("listing systems: %w", err)
+	}
+	var sys systemDoc
+	for _, m := range systems.Members {
+		if _, err := c.get(ctx, m.ID, &sys); err != nil {
+			return fmt.Errorf("reading system %s: %w", m.ID, err)
+		}
+		if systemID == "" || sys.ID == systemID {
+			c.systemPath = m.ID
+			break
+		}
+	}
+	if c.systemPath == "" {
+		return fmt.Errorf("no system %q among %d systems", systemID, len(systems.Members))
+	}
+	c.resetTarget = sys.Actions.Reset.Target
+	if c.resetTarget == "" {
+		c.resetTarget = c.systemPath + "/Actions/ComputerSystem.Reset"
+	}
+	if len(sys.Links.ManagedBy) > 0 {
+		c.managerPath = sys.Links.ManagedBy[0].ID
+	}
+	var mgr struct {
+		Manufacturer string
+		VirtualMedia member
+	}
+	if c.managerPath != "" {
+		if _, err := c.get(ctx, c.managerPath, &mgr); err != nil {
+			return fmt.Errorf("reading manager: %w", err)
+		}
+	}
+	c.manufacturer = sys.Manufacturer
+	if c.manufacturer == "" {
+		c.manufacturer = mgr.Manufacturer
+	}
+	// Virtual media sits under the system on newer BMCs, the manager on older.
+	for _, coll := range []string{sys.VirtualMedia.ID, mgr.VirtualMedia.ID} {
+		if coll == "" || c.mediaPath != "" {
+			continue
+		}
+		var vm struct{ Members []member }
+		if _, err := c.get(ctx, coll, &vm); err != nil {
+			if statusOf(err) == http.StatusNotFound {
+				continue
+			}
+			return fmt.Errorf("listing virtual media: %w", err)
+		}
+		for _, m := range vm.Members {
+			var md mediaDoc
+			if _, err := c.get(ctx, m.ID, &md); err != nil {
+				return fmt.Errorf("reading virtual media %s: %w", m.ID, err)
+			}
+			if slices.ContainsFunc(md.MediaTypes, func(t string) bool { return t == "CD" || t == "DVD" }) {
+				c.mediaPath, c.insertTarget, c.ejectTarget = m.ID, md.Actions.Insert.Target, md.Actions.Eject.Target
+				break
+			}
+		}
+	}
+	c.quirks = QuirksFor(c.manufacturer).refine(sys.Boot.TargetAllowed, sys.Boot.EnabledAllowed)
+	c.modeReported = sys.Boot.Mode != nil
+	c.caps = boot.Capabilities{Manufacturer: c.manufacturer, VirtualMediaCD: c.mediaPath != "", ContinuousSupported: !c.quirks.NoContinuous}
+	for _, t := range sys.Boot.TargetAllowed {
+		c.caps.AllowedTargets = append(c.caps.AllowedTargets, c.quirks.fromVendor(t))
+	}
+	return nil
+}
+
+// Capabilities as discovered at Connect.
+func (c *Client) Capabilities(ctx context.Context) (boot.Capabilities, error) {
+	return c.caps, nil
+}
+
+// BootOverride reads the override, in the plan's target spelling.
+func (c *Client) BootOverride(ctx context.Context) (boot.Override, error) {
+	var sys systemDoc
+	if _, err := c.get(ctx, c.systemPath, &sys); err != nil {
+		return boot.Override{}, fmt.Errorf("reading boot override: %w", err)
+	}
+	o := boot.Override{Target: c.quirks.fromVendor(sys.Boot.Target), Enabled: sys.Boot.Enabled, HTTPBootURI: sys.Boot.HTTPBootURI}
+	if sys.Boot.Mode != nil {
+		o.Mode = *sys.Boot.Mode
+	}
+	return o, nil
+}
+
+// bootPatch is the whole PATCH body: only the properties we set, never the
+// object we read (BMCs reject read-only properties sent back).
+type bootPatch struct {
+	Boot struct {
+		Enabled     string `json:"BootSourceOverrideEnabled,omitempty"`
+		Target      string `json:"BootSourceOverrideTarget,omitempty"`
+		Mode        string `json:"BootSourceOverrideMode,omitempty"`
+		HTTPBootURI string `json:"HttpBootUri,omitempty"`
+	}
+}
+
+// SetBootOverride PATCHes a fresh minimal Boot object with If-Match; on 412
+// (someone changed the system) it re-reads the ETag and tries again.
+func (c *Client) SetBootOverride(ctx context.Context, o boot.Override) error {
+	var p bootPatch
+	p.Boot.Target = c.quirks.toVendor(o.Target)
+	p.Boot.Enabled = o.Enabled
+	if o.Enabled == boot.EnabledContinuous && c.quirks.NoContinuous {
+		p.Boot.Enabled = boot.EnabledOnce
+	}
+	if o.Mode != "" && o.Enabled != boot.EnabledDisabled &&
+		(c.quirks.SendOverrideMode == "always" || c.quirks.SendOverrideMode == "" && c.modeReported) {
+		p.Boot.Mode = o.Mode
+	}
+	if o.Target == boot.TargetUefiHttp {
+		p.Boot.HTTPBootURI = o.HTTPBootURI
+	}
+	err := c.do(ctx, "set boot override", func() error {
+		etag, err := c.get(ctx, c.systemPath, &struct{}{})
+		if err != nil {
+			return err
+		}
+		h := map[string]string{}
+		if etag != "" {
+			h["If-Match"] = etag
+		}
+		resp, err := c.api.PatchWithHeaders(c.systemPath, p, h)
+		if statusOf(err) == http.StatusPreconditionRequired && etag == "" {
+			resp, err = c.api.PatchWithHeaders(c.systemPath, p, map[string]string{"If-Match": "*"})
+		}
+		if err != nil {
+			return err
+		}
+		return c.finish(ctx, resp)
+	})
+	if err != nil {
+		return fmt.Errorf("setting boot override %s/%s: %w", p.Boot.Target, p.Boot.Enabled, err)
+	}
+	return nil
+}
+
+// Media reads the CD slot.
+func (c *Client) Media(ctx context.Context) (boot.Media, error) {
+	if c.mediaPath == "" {
+		return boot.Media{}, fmt.Errorf("%w: no virtual media CD slot", boot.ErrCapability)
+	}
+	var md mediaDoc
+	if _, err := c.get(ctx, c.mediaPath, &md); err != nil {
+		return boot.Media{}, fmt.Errorf("reading virtual media: %w", err)
+	}
+	return boot.Media{Inserted: md.Inserted, Image: md.Image}, nil
+}
+
+// InsertMedia inserts image write-protected.
+func (c *Client) InsertMedia(ctx context.Context, image string) error {
+	if c.mediaPath == "" {
+		return fmt.Errorf("%w: no virtual media CD slot", boot.ErrCapability)
+	}
+	body := map[string]any{"Image": image, "Inserted": true, "WriteProtected": true}
+	if u, err := url.Parse(image); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		body["TransferProtocolType"] = strings.ToUpper(u.Scheme)
+	}
+	if err := c.post(ctx, "insert media", c.insertTarget, body); err != nil {
+		return fmt.Errorf("inserting virtual media %s: %w", image, err)
+	}
+	return nil
+}
+
+// EjectMedia ejects the CD slot unless it is empty already.
+func (c *Client) EjectMedia(ctx context.Context) error {
+	m, err := c.Media(ctx)
+	if err != nil {
+		return err
+	}
+	if !m.Inserted {
+		return nil
+	}
+	if err := c.post(ctx, "eject media", c.ejectTarget, struct{}{}); err != nil {
+		return fmt.Errorf("ejecting virtual media: %w", err)
+	}
+	return nil
+}
+
+// PowerState reads the system's power state.
+func (c *Client) PowerState(ctx context.Context) (string, error) {
+	var sys systemDoc
+	if _, err := c.get(ctx, c.systemPath, &sys); err != nil {
+		return "", fmt.Errorf("reading power state: %w", err)
+	}
+	return sys.PowerState, nil
+}
+
+// Reset performs ComputerSystem.Reset and follows its task monitor.
+func (c *Client) Reset(ctx context.Context, resetType string) error {
+	if err := c.post(ctx, "reset "+resetType, c.resetTarget, map[string]string{"ResetType": resetType}); err != nil {
+		return fmt.Errorf("reset %s: %w", resetType, err)
+	}
+	return nil
+}
+
+func (c *Client) post(ctx context.Context, op, target string, body any) error {
+	if target == "" {
+		return fmt.Errorf("%w: BMC offers no %s action", boot.ErrCapability, op)
+	}
+	return c.do(ctx, op, func() error {
+		resp, err := c.api.Post(target, body)
+		if err != nil {
+			return err
+		}
+		return c.finish(ctx, resp)
+	})
+}
+
+// get reads a resource into v and returns its ETag.
+func (c *Client) get(ctx context.Context, path string, v any) (string, error) {
+	var etag string
+	err := c.do(ctx, "GET "+path, func() error {
+		resp, err := c.api.Get(path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		etag = resp.Header.Get("ETag")
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			return fmt.Errorf("decoding %s: %w", path, err)
+		}
+		return nil
+	})
+	return etag, err
+}
+
+// finish follows a 202 task monitor to completion, else closes the body.
+func (c *Client) finish(ctx context.Context, resp *http.Response) error {
+	for resp.StatusCode == http.StatusAccepted {
+		loc := resp.Header.Get("Location")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if loc == "" {
+			return nil // accepted without a monitor: nothing to follow
+		}
+		if u, err := url.Parse(loc); err == nil && u.IsAbs() {
+			loc = u.RequestURI()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.taskPoll):
+		}
+		var err error
+		if resp, err = c.api.Get(loc); err != nil {
+			return fmt.Errorf("task monitor %s: %w", loc, err)
+		}
+	}
+	defer resp.Body.Close()
+	var task struct{ TaskState string }
+	_ = json.NewDecoder(resp.Body).Decode(&task)
+	switch task.TaskState {
+	case "Exception", "Killed", "Cancelled":
+		return fmt.Errorf("task ended %s", task.TaskState)
+	}
+	return nil
+}
+
+// statusOf is the HTTP status of a gofish error, 0 for transport errors.
+func statusOf(err error) int {
+	var e *common.Error
+	if errors.As(err, &e) {
+		return e.HTTPReturnedStatusCode
+	}
+	return 0
+}
+
+func retryable(err error) bool {
+	switch s := statusOf(err); {
+	case s == 0:
+		return !errors.Is(err, context.Canceled)
+	case s >= 500, s == http.StatusConflict, s == http.StatusPreconditionFailed, s == http.StatusPreconditionRequired, s == http.StatusTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// do runs fn with bounded retries, exponential backoff and full jitter.
+func (c *Client) do(ctx context.Context, op string, fn func() error) error {
+	var err error
+	for attempt := range c.retry.Attempts {
+		if err = fn(); err == nil || !retryable(err) {
+			return err
+		}
+		if attempt == c.retry.Attempts-1 {
+			break
+		}
+		backoff := min(c.retry.Base<<attempt, c.retry.Max)
+		select {
+		case <-ctx.Done():
+			// The BMC's failure is the story, not the deadline that cut the
+			// retries short.
+			return fmt.Errorf("%s: %w (stopped retrying: %v)", op, err, ctx.Err())
+		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+		}
+	}
+	return fmt.Errorf("%s: giving up after %d attempts: %w", op, c.retry.Attempts, err)
+}

@@ -1,0 +1,123 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// repoRoot is the module root, two levels up from this package.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	abs, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// requireTools skips outside CI when the build's host tools are missing; in
+// CI a missing tool is a failure.
+func requireTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not installed (make setup)", tool)
+			}
+			t.Skipf("%s not installed (make setup)", tool)
+		}
+	}
+}
+
+// copyRecipeTree copies recipes/ and units/ into a temp dir, so a test may
+// edit them without touching the repository.
+func copyRecipeTree(t *testing.T) string {
+	t.Helper()
+	dst := t.TempDir()
+	for _, d := range []string{"recipes", "units"} {
+		if err := run(context.Background(), "cp", "-a", filepath.Join(repoRoot(t), d), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func sharedCacheDir(t *testing.T) string {
+	if d := os.Getenv("OSB_CACHE_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "os-builder-test-cache")
+}
+
+// TestRebuildAfterUnitChange builds the test recipe, changes one unit file
+// and builds again: only the steps downstream of the unit may run, and the
+// miss must name the unit.
+func TestRebuildAfterUnitChange(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs")
+	if testing.Short() {
+		t.Skip("builds an image")
+	}
+	tree := copyRecipeTree(t)
+	cacheDir := sharedCacheDir(t)
+	build := func() (string, *osimage.BuildManifest) {
+		r, err := recipe.Load(filepath.Join(tree, "recipes/test.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log bytes.Buffer
+		m, err := Build(context.Background(), r, Options{
+			OutputDir: filepath.Join(tree, "out"), CacheDir: cacheDir, Verbose: true, Progress: &log,
+		})
+		if err != nil {
+			t.Fatalf("build: %v\n%s", err, log.String())
+		}
+		return log.String(), m
+	}
+	build() // warm (a hit when `make test-image` ran first)
+	unit := filepath.Join(tree, "units/os-builder-hello.service")
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unit, append(b, "# touched by TestRebuildAfterUnitChange\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log, m := build()
+	for _, want := range []string{"bootstrap                      cached", "assemble: cache miss: inputs changed: unit:os-builder-hello.service"} {
+		if !strings.Contains(log, strings.TrimSpace(want)) && !containsFields(log, want) {
+			t.Errorf("rebuild log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "bootstrap                      built") {
+		t.Errorf("bootstrap ran again after a unit change:\n%s", log)
+	}
+	// The manifest lists every artifact with a digest that matches its file.
+	for _, a := range m.Artifacts {
+		d, err := digestFile(filepath.Join(tree, "out", a.Path))
+		if err != nil || d != a.SHA256 {
+			t.Errorf("artifact %s: digest %s, manifest says %s (%v)", a.Path, d, a.SHA256, err)
+		}
+	}
+	var onDisk osimage.BuildManifest
+	raw, err := os.ReadFile(filepath.Join(tree, "out", osimage.ManifestFile))
+	if err != nil || json.Unmarshal(raw, &onDisk) != nil {
+		t.Fatalf("manifest.json unreadable: %v", err)
+	}
+	if onDisk.Packages["systemd"] == "" || onDisk.OSRelease["ID"] != "debian" {
+		t.Errorf("manifest lacks package versions or os-release: %+v", onDisk.OSRelease)
+	}
+}
+
+// containsFields matches want against log ignoring runs of spaces.
+func containsFields(log, want string) bool {
+	return strings.Contains(strings.Join(strings.Fields(log), " "), strings.Join(strings.Fields(want), " "))
+}

@@ -1,0 +1,279 @@
+package initrd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+
+	"github.com/ironcore-dev/os-builder/initrd/pid1"
+)
+
+// ModulePath is this module's path; BuildInitBinary looks for its go.mod.
+const ModulePath = "github.com/ironcore-dev/os-builder"
+
+// SourceDirEnv, when set, names the os-builder source tree to build the init
+// from, for builders run outside of it.
+const SourceDirEnv = "OSB_SOURCE_DIR"
+
+// FindSourceDir returns the root of the os-builder source tree: $OSB_SOURCE_DIR,
+// or the first directory from the working directory upwards whose go.mod
+// declares ModulePath.
+func FindSourceDir() (string, error) {
+	if d := os.Getenv(SourceDirEnv); d != "" {
+		if !isModuleRoot(d) {
+			return "", fmt.Errorf("initrd: $%s=%s holds no go.mod for %s", SourceDirEnv, d, ModulePath)
+		}
+		return d, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("initrd: %w", err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if isModuleRoot(d) {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("initrd: no go.mod for %s in %s or above; run inside the source tree or set $%s", ModulePath, wd, SourceDirEnv)
+		}
+	}
+}
+
+func isModuleRoot(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return f[1] == ModulePath
+		}
+	}
+	return false
+}
+
+// BuildInitBinary builds cmd/init of this module as a static binary for
+// goarch ("" means amd64) into outPath. The build is reproducible: no cgo,
+// -trimpath, no build id, no VCS stamp (so unrelated commits do not change
+// the initrd's bytes), and a fixed GOAMD64 level rather than whatever the
+// environment says.
+func BuildInitBinary(ctx context.Context, outPath, goarch string) error {
+	if goarch == "" {
+		goarch = "amd64"
+	}
+	src, err := FindSourceDir()
+	if err != nil {
+		return err
+	}
+	out, err := filepath.Abs(outPath)
+	if err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
+		"-ldflags=-s -w -buildid=", "-o", out, "./cmd/init")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(),
+		"CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch,
+		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOEXPERIMENT=",
+	)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("initrd: go build ./cmd/init in %s: %w\n%s", src, err, stderr.String())
+	}
+	return nil
+}
+
+// AssembleOptions describe an initrd.
+type AssembleOptions struct {
+	// Output is the initrd file to write. It is written to a temporary file
+	// next to it and renamed into place, so it is either complete or absent.
+	Output string
+	// InitBinary is the host path of the init (see BuildInitBinary).
+	InitBinary string
+	// RootFS is the OS tree whose kernel modules go into the initrd.
+	RootFS string
+	// KernelRelease selects the kernel; "" means the only one in RootFS.
+	KernelRelease string
+	// Modules are the module names to include with their dependencies;
+	// nil means DefaultModules.
+	Modules []string
+	// ExtraModules are added to Modules (the recipe's kernel.modules).
+	ExtraModules []string
+	// RootImage is the host path of the read-only root image to put at
+	// /root.img for memory-mode boots; "" for none.
+	RootImage string
+	// SourceDateEpoch is every entry's mtime.
+	SourceDateEpoch int64
+	// Compression; "" means CompressionZstd.
+	Compression Compression
+}
+
+// Assemble writes the initrd described by opts: /init, /dev/console, the
+// directories the init mounts on, the kernel modules (decompressed, with
+// their load order in pid1.ModuleListPath) and optionally the root image.
+func Assemble(opts AssembleOptions) error {
+	if opts.Output == "" || opts.InitBinary == "" || opts.RootFS == "" {
+		return errors.New("initrd: Assemble needs Output, InitBinary and RootFS")
+	}
+	a, err := assembleArchive(opts)
+	if err != nil {
+		return err
+	}
+	if opts.Compression == "" {
+		opts.Compression = CompressionZstd
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(opts.Output), "."+filepath.Base(opts.Output)+".*")
+	if err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	if err := a.Encode(tmp, WriteOptions{SourceDateEpoch: opts.SourceDateEpoch, Compression: opts.Compression}); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("initrd: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("initrd: sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), opts.Output); err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	return nil
+}
+
+func assembleArchive(opts AssembleOptions) (*Archive, error) {
+	kver := opts.KernelRelease
+	if kver == "" {
+		rels, err := KernelReleases(opts.RootFS)
+		if err != nil {
+			return nil, err
+		}
+		if len(rels) != 1 {
+			return nil, fmt.Errorf("initrd: %s has kernels %s; say which (KernelRelease)", opts.RootFS, strings.Join(rels, ", "))
+		}
+		kver = rels[0]
+	}
+	names := opts.Modules
+	if names == nil {
+		names = DefaultModules
+	}
+	names = append(append([]string(nil), names...), opts.ExtraModules...)
+	files, err := ResolveModules(opts.RootFS, kver, names)
+	if err != nil {
+		return nil, err
+	}
+	modDir, err := ModulesDir(opts.RootFS, kver)
+	if err != nil {
+		return nil, err
+	}
+
+	a := NewArchive()
+	for _, d := range []string{"/dev", "/proc", "/sys", "/run", pid1.SysrootDir, "/tmp"} {
+		if err := a.AddDir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The kernel opens /dev/console for the init before the init can mount
+	// devtmpfs; without this node early messages would be lost.
+	if err := a.AddCharDevice("/dev/console", 0o600, 5, 1); err != nil {
+		return nil, err
+	}
+	if err := a.AddHostFile("/init", 0o755, opts.InitBinary); err != nil {
+		return nil, err
+	}
+	var list strings.Builder
+	list.WriteString("# Kernel modules the init loads, in order.\n")
+	for _, rel := range files {
+		dst, data, err := readModule(modDir, rel)
+		if err != nil {
+			return nil, err
+		}
+		p := path.Join("/lib/modules", kver, dst)
+		if data != nil {
+			err = a.AddFile(p, 0o644, data)
+		} else {
+			err = a.AddHostFile(p, 0o644, filepath.Join(modDir, rel))
+		}
+		if err != nil {
+			return nil, err
+		}
+		list.WriteString(p + "\n")
+	}
+	if err := a.AddFile(pid1.ModuleListPath, 0o644, []byte(list.String())); err != nil {
+		return nil, err
+	}
+	if opts.RootImage != "" {
+		if err := a.AddHostFile(pid1.RootImagePath, 0o644, opts.RootImage); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// readModule returns the path a module gets in the initrd (without a
+// compression suffix) and, for compressed modules, the decompressed bytes.
+// Decompressing here rather than passing MODULE_INIT_COMPRESSED_FILE to
+// finit_module means the init works whatever the kernel's
+// CONFIG_MODULE_DECOMPRESS says; the outer initrd compression wins back
+// the space.
+func readModule(modDir, rel string) (string, []byte, error) {
+	var open func(io.Reader) (io.Reader, error)
+	var suffix string
+	switch {
+	case strings.HasSuffix(rel, ".ko.xz"):
+		suffix = ".xz"
+		open = func(r io.Reader) (io.Reader, error) { return xz.NewReader(r) }
+	case strings.HasSuffix(rel, ".ko.zst"):
+		suffix = ".zst"
+		open = func(r io.Reader) (io.Reader, error) {
+			d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				return nil, err
+			}
+			return d.IOReadCloser(), nil
+		}
+	case strings.HasSuffix(rel, ".ko.gz"):
+		suffix = ".gz"
+		open = func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
+	case strings.HasSuffix(rel, ".ko"):
+		return rel, nil, nil
+	default:
+		return "", nil, fmt.Errorf("initrd: %s: not a kernel module file name", rel)
+	}
+	f, err := os.Open(filepath.Join(modDir, rel))
+	if err != nil {
+		return "", nil, fmt.Errorf("initrd: %w", err)
+	}
+	defer f.Close()
+	r, err := open(f)
+	if err != nil {
+		return "", nil, fmt.Errorf("initrd: decompress %s: %w", rel, err)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return "", nil, fmt.Errorf("initrd: decompress %s: %w", rel, err)
+	}
+	if c, ok := r.(io.Closer); ok {
+		c.Close()
+	}
+	return strings.TrimSuffix(rel, suffix), data, nil
+}

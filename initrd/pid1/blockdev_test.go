@@ -1,0 +1,159 @@
+package pid1
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestFSLabel(t *testing.T) {
+	ext4 := make([]byte, 4096)
+	ext4[1024+56], ext4[1024+57] = 0x53, 0xef
+	copy(ext4[1024+120:], "osb-data\x00junk")
+
+	iso := make([]byte, 34*1024)
+	iso[32768] = 1
+	copy(iso[32769:], "CD001")
+	copy(iso[32768+40:], "OSB_LIVE                        ")
+
+	fat32 := make([]byte, 512)
+	fat32[510], fat32[511] = 0x55, 0xaa
+	fat32[66] = 0x29
+	copy(fat32[71:], "ESP        FAT32   ")
+	fat16 := make([]byte, 512)
+	fat16[510], fat16[511] = 0x55, 0xaa
+	fat16[38] = 0x29
+	copy(fat16[43:], "NO NAME    FAT16   ")
+
+	for name, tc := range map[string]struct {
+		b    []byte
+		want string
+	}{
+		"ext4":           {ext4, "osb-data"},
+		"iso9660":        {iso, "OSB_LIVE"},
+		"fat32":          {fat32, "ESP"},
+		"fat16 no label": {fat16, ""},
+		"zeros":          {make([]byte, 64<<10), ""},
+		"short":          {[]byte("hsqs"), ""},
+	} {
+		if got := fsLabel(tc.b); got != tc.want {
+			t.Errorf("%s: label %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+func TestScanBlockDevices(t *testing.T) {
+	sys := t.TempDir()
+	for name, uevent := range map[string]string{
+		"vda":  "MAJOR=254\nMINOR=0\nDEVNAME=vda\nDEVTYPE=disk\n",
+		"vda1": "MAJOR=254\nMINOR=1\nDEVNAME=vda1\nDEVTYPE=partition\nPARTN=1\nPARTNAME=osb-esp\n",
+		"vda2": "MAJOR=254\nMINOR=2\nDEVNAME=vda2\nDEVTYPE=partition\nPARTN=2\nPARTNAME=osb-root\n",
+		"vdb1": "DEVNAME=vdb1\nPARTNAME=osb-root\n",
+	} {
+		os.MkdirAll(filepath.Join(sys, name), 0o755)
+		os.WriteFile(filepath.Join(sys, name, "uevent"), []byte(uevent), 0o644)
+	}
+	devs, err := scanBlockDevices(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 4 || devs[0].name != "vda" || devs[2].partName != "osb-root" {
+		t.Fatalf("devices: %v", devs)
+	}
+	var matches []string
+	for _, d := range devs {
+		if d.matches(DeviceRef{RootPartLabel, "osb-esp"}) {
+			matches = append(matches, d.devPath())
+		}
+		if d.matches(DeviceRef{RootLabel, "osb-esp"}) {
+			t.Errorf("%s matched a label by its partition name", d.name)
+		}
+	}
+	if len(matches) != 1 || matches[0] != "/dev/vda1" {
+		t.Errorf("partlabel osb-esp matched %v", matches)
+	}
+}
+
+func TestWaitForBlockDeviceTimesOut(t *testing.T) {
+	if _, err := os.Stat("/sys/class/block"); err != nil {
+		t.Skip("no /sys/class/block")
+	}
+	start := time.Now()
+	_, err := waitForBlockDevice(DeviceRef{RootPartLabel, "osb-test-never-exists"}, 300*time.Millisecond)
+	if err == nil {
+		t.Fatal("found a device that does not exist")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %v", time.Since(start))
+	}
+	t.Log(err)
+}
+
+func TestRootFSType(t *testing.T) {
+	dir := t.TempDir()
+	sq := make([]byte, 4096)
+	copy(sq, "hsqs")
+	ero := make([]byte, 4096)
+	copy(ero[1024:], []byte{0xe2, 0xe1, 0xf5, 0xe0})
+	for name, tc := range map[string]struct {
+		b    []byte
+		want string
+	}{"squashfs": {sq, "squashfs"}, "erofs": {ero, "erofs"}, "other": {make([]byte, 4096), ""}} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, tc.b, 0o644)
+		got, err := rootFSType(p)
+		if got != tc.want || (tc.want == "") != (err != nil) {
+			t.Errorf("%s: %q, %v", name, got, err)
+		}
+	}
+}
+
+func TestRemoveSameDevice(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "a/b"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("x"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
+	removeSameDevice(dir, deviceOf(t, dir))
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 0 {
+		t.Errorf("left %v", ents)
+	}
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Errorf("followed a symlink: %v", err)
+	}
+	// A different device number leaves everything alone.
+	os.WriteFile(filepath.Join(dir, "keep"), nil, 0o644)
+	removeSameDevice(dir, deviceOf(t, dir)+1)
+	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
+		t.Errorf("removed a file of another device: %v", err)
+	}
+}
+
+func deviceOf(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Dev
+}
+
+func TestExistsInRoot(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755)
+	os.MkdirAll(filepath.Join(root, "lib/systemd"), 0o755)
+	os.WriteFile(filepath.Join(root, "lib/systemd/systemd"), nil, 0o755)
+	os.Symlink("usr/sbin", filepath.Join(root, "sbin"))
+	// Absolute: resolved inside root, not on the host.
+	os.Symlink("/lib/systemd/systemd", filepath.Join(root, "usr/sbin/init"))
+	os.Symlink("/etc/passwd", filepath.Join(root, "usr/sbin/host-only"))
+	if err := existsInRoot(root, "/sbin/init"); err != nil {
+		t.Errorf("/sbin/init: %v", err)
+	}
+	if err := existsInRoot(root, "/sbin/host-only"); err == nil {
+		t.Error("a symlink was resolved against the host's root")
+	}
+}

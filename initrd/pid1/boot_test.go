@@ -1,0 +1,134 @@
+package pid1_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/internal/qemu"
+)
+
+// The boot tests need a Debian root tree with a kernel (systemd-sysv,
+// linux-image-amd64, udev, kmod), given by OSB_TEST_ROOTFS.
+func testRootfs(t *testing.T) (rootfs, kernel string) {
+	t.Helper()
+	rootfs = os.Getenv("OSB_TEST_ROOTFS")
+	if rootfs == "" {
+		t.Skip("OSB_TEST_ROOTFS not set")
+	}
+	for _, tool := range []string{qemu.Binary, "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("OSB_TEST_ROOTFS is set but %s is missing: %v", tool, err)
+		}
+	}
+	kernels, _ := filepath.Glob(filepath.Join(rootfs, "boot/vmlinuz-*"))
+	if len(kernels) != 1 {
+		t.Fatalf("want one kernel in %s/boot, found %v", rootfs, kernels)
+	}
+	return rootfs, kernels[0]
+}
+
+func buildInitrd(t *testing.T, rootfs, rootImage string) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	initBin := filepath.Join(dir, "init")
+	if err := initrd.BuildInitBinary(ctx, initBin, "amd64"); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "initrd.img")
+	err := initrd.Assemble(initrd.AssembleOptions{
+		Output: out, InitBinary: initBin, RootFS: rootfs, RootImage: rootImage,
+		SourceDateEpoch: 1700000000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBootMemoryMode boots the rootfs from RAM: squashfs inside the initrd,
+// loop device, tmpfs overlay, switch to systemd, up to multi-user.target.
+func TestBootMemoryMode(t *testing.T) {
+	rootfs, kernel := testRootfs(t)
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		t.Fatalf("mksquashfs missing: %v", err)
+	}
+	img := filepath.Join(t.TempDir(), "root.squashfs")
+	// zstd level 3: this test is about booting, not about the image size.
+	cmd := exec.Command("mksquashfs", rootfs, img, "-comp", "zstd", "-Xcompression-level", "3",
+		"-noappend", "-no-progress", "-quiet", "-reproducible", "-mkfs-time", "0", "-all-time", "0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mksquashfs: %v\n%s", err, out)
+	}
+	initrdPath := buildInitrd(t, rootfs, img)
+	fi, _ := os.Stat(initrdPath)
+	t.Logf("initrd: %d MiB", fi.Size()>>20)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	start := time.Now()
+	vm := qemu.StartT(t, ctx, qemu.Config{
+		UEFI: true, Kernel: kernel, Initrd: initrdPath, MemoryMB: 1536,
+		Append:    "console=ttyS0 osb.debug=1",
+		NoReboot:  true,
+		SerialLog: filepath.Join(t.TempDir(), "serial.log"),
+	})
+	if _, err := vm.WaitFor(ctx, "osb-init: root ready"); err != nil {
+		t.Fatal(err)
+	}
+	initDone := time.Since(start)
+	if _, err := vm.WaitFor(ctx, "Reached target multi-user.target", "Reached target Multi-User System"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TCG boot: init switched root after %v, multi-user.target after %v", initDone.Round(time.Second), time.Since(start).Round(time.Second))
+	for _, want := range []string{"osb-init: starting: mode=memory root=initrd"} {
+		if !strings.Contains(vm.Console(), want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if strings.Contains(vm.Console(), "osb-init: WARNING") {
+		t.Logf("module warnings:\n%s", grepLines(vm.Console(), "osb-init: WARNING"))
+	}
+}
+
+// TestBootFatalOnBadCmdline proves that a bad command line stops the boot
+// with a reason on the console, not a kernel panic.
+func TestBootFatalOnBadCmdline(t *testing.T) {
+	rootfs, kernel := testRootfs(t)
+	initrdPath := buildInitrd(t, rootfs, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	vm := qemu.StartT(t, ctx, qemu.Config{
+		Kernel: kernel, Initrd: initrdPath, MemoryMB: 512, NoReboot: true,
+		Append: "console=ttyS0 osb.mode=memory osb.frobnicate=1",
+		// Watch for the FATAL line itself; only a panic is a failure here.
+		FailureMarkers: []string{"Kernel panic"},
+	})
+	if _, err := vm.WaitFor(ctx, "osb-init: FATAL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.WaitFor(ctx, "docs/cmdline.md"); err != nil {
+		t.Fatal(err)
+	}
+	line := grepLines(vm.Console(), "osb-init: FATAL")
+	if !strings.Contains(line, "unknown parameter osb.frobnicate") {
+		t.Errorf("FATAL line does not name the parameter: %q", line)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
+}

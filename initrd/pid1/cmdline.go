@@ -1,0 +1,395 @@
+package pid1
+
+import (
+	"encoding/hex"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// Mode is what the init does with the OS (docs/cmdline.md, osb.mode).
+type Mode string
+
+const (
+	ModeMemory  Mode = "memory"
+	ModeInstall Mode = "install"
+)
+
+// RootKind says where the root image comes from (osb.root).
+type RootKind string
+
+const (
+	// RootDefault: osb.root was not given; see Config.ResolveRoot.
+	RootDefault   RootKind = ""
+	RootInitrd    RootKind = "initrd"
+	RootURL       RootKind = "url"
+	RootLabel     RootKind = "label"
+	RootPartLabel RootKind = "partlabel"
+)
+
+// RootSource is a parsed osb.root.
+type RootSource struct {
+	Kind RootKind
+	// Value is the URL for RootURL, the name for RootLabel/RootPartLabel.
+	Value string
+}
+
+func (r RootSource) String() string {
+	switch r.Kind {
+	case RootDefault:
+		return "(default)"
+	case RootInitrd:
+		return "initrd"
+	case RootURL:
+		return r.Value
+	default:
+		return string(r.Kind) + ":" + r.Value
+	}
+}
+
+// DeviceRef names a block device by file system label or GPT partition
+// name (osb.data).
+type DeviceRef struct {
+	Kind  RootKind // RootLabel or RootPartLabel
+	Value string
+}
+
+func (d DeviceRef) String() string { return string(d.Kind) + ":" + d.Value }
+
+// TargetKind is how osb.install.target selects a disk.
+type TargetKind string
+
+const (
+	TargetByID   TargetKind = "by-id"
+	TargetSerial TargetKind = "serial"
+	TargetPath   TargetKind = "path"
+	TargetSize   TargetKind = "size"
+)
+
+// InstallTarget is a parsed osb.install.target.
+type InstallTarget struct {
+	Kind  TargetKind
+	Value string // for by-id, serial, path
+	// MinGiB and MaxGiB bound the disk size for TargetSize.
+	MinGiB, MaxGiB uint64
+}
+
+// Config is everything the init takes from the kernel command line. The
+// zero value is not the default; ParseCmdline fills in defaults.
+type Config struct {
+	Mode          Mode
+	Root          RootSource
+	RootSHA256    string // lower-case hex, "" if not given
+	Overlay       string // "tmpfs"
+	Persist       []string
+	Data          DeviceRef
+	InstallImage  string
+	InstallSHA256 string
+	InstallTarget InstallTarget
+	InstallWipe   bool
+	Debug         bool
+}
+
+// DefaultDataPartLabel and DefaultRootPartLabel are the GPT partition names
+// the disk image uses (docs/cmdline.md).
+const (
+	DefaultRootPartLabel = "osb-root"
+	DefaultDataPartLabel = "osb-data"
+)
+
+// ResolveRoot fills in the default osb.root: the image in the initrd if there
+// is one, else the osb-root partition.
+func (c *Config) ResolveRoot(initrdHasImage bool) {
+	if c.Root.Kind != RootDefault {
+		return
+	}
+	if initrdHasImage {
+		c.Root = RootSource{Kind: RootInitrd}
+	} else {
+		c.Root = RootSource{Kind: RootPartLabel, Value: DefaultRootPartLabel}
+	}
+}
+
+// SplitCmdline splits a kernel command line into parameters the way the
+// kernel does: on spaces, with double quotes protecting spaces and removed.
+// Parameters after a lone "--" belong to init's argv and are not returned.
+func SplitCmdline(s string) []string {
+	var out []string
+	var cur strings.Builder
+	inQuote, have, quoted := false, false, false
+	for _, r := range s + " " {
+		switch {
+		case r == '"':
+			inQuote = !inQuote
+			have, quoted = true, true
+		case !inQuote && (r == ' ' || r == '\t' || r == '\n' || r == '\r'):
+			if have {
+				if cur.String() == "--" && !quoted {
+					return out
+				}
+				out = append(out, cur.String())
+			}
+			cur.Reset()
+			have, quoted = false, false
+		default:
+			cur.WriteRune(r)
+			have = true
+		}
+	}
+	if have { // an unterminated quote runs to the end, like the kernel's
+		out = append(out, strings.TrimSuffix(cur.String(), " "))
+	}
+	return out
+}
+
+// ParseCmdline parses the osb.* parameters of a kernel command line
+// (docs/cmdline.md) and fills in defaults. Other parameters are ignored;
+// unknown osb.* parameters and bad values are errors, so a typo does not
+// silently boot something else. When a parameter repeats, the last one
+// wins, so a later layer's command line can override an earlier one.
+func ParseCmdline(cmdline string) (Config, error) {
+	cfg := Config{
+		Mode:    ModeMemory,
+		Overlay: "tmpfs",
+		Data:    DeviceRef{Kind: RootPartLabel, Value: DefaultDataPartLabel},
+	}
+	var errs []string
+	fail := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
+	for _, param := range SplitCmdline(cmdline) {
+		key, value, hasValue := strings.Cut(param, "=")
+		if !strings.HasPrefix(key, "osb.") {
+			continue
+		}
+		if !hasValue && key != "osb.debug" {
+			fail("%s needs a value (%s=...)", key, key)
+			continue
+		}
+		switch key {
+		case "osb.mode":
+			switch Mode(value) {
+			case ModeMemory, ModeInstall:
+				cfg.Mode = Mode(value)
+			default:
+				fail("osb.mode=%q: want memory or install", value)
+			}
+		case "osb.root":
+			r, err := parseRoot(value)
+			if err != nil {
+				fail("osb.root=%q: %v", value, err)
+				continue
+			}
+			cfg.Root = r
+		case "osb.root.sha256":
+			d, err := parseSHA256(value)
+			if err != nil {
+				fail("osb.root.sha256: %v", err)
+				continue
+			}
+			cfg.RootSHA256 = d
+		case "osb.overlay":
+			if value != "tmpfs" {
+				fail("osb.overlay=%q: only tmpfs is supported", value)
+				continue
+			}
+			cfg.Overlay = value
+		case "osb.persist":
+			ps, err := parsePersist(value)
+			if err != nil {
+				fail("osb.persist: %v", err)
+				continue
+			}
+			cfg.Persist = ps
+		case "osb.data":
+			d, err := parseDeviceRef(value)
+			if err != nil {
+				fail("osb.data=%q: %v", value, err)
+				continue
+			}
+			cfg.Data = d
+		case "osb.install.image":
+			if !isHTTPURL(value) {
+				fail("osb.install.image=%q: want an http:// or https:// URL", value)
+				continue
+			}
+			cfg.InstallImage = value
+		case "osb.install.sha256":
+			d, err := parseSHA256(value)
+			if err != nil {
+				fail("osb.install.sha256: %v", err)
+				continue
+			}
+			cfg.InstallSHA256 = d
+		case "osb.install.target":
+			t, err := parseTarget(value)
+			if err != nil {
+				fail("osb.install.target=%q: %v", value, err)
+				continue
+			}
+			cfg.InstallTarget = t
+		case "osb.install.wipe":
+			b, err := parseBool(value)
+			if err != nil {
+				fail("osb.install.wipe: %v", err)
+				continue
+			}
+			cfg.InstallWipe = b
+		case "osb.debug":
+			b := true
+			if hasValue {
+				var err error
+				if b, err = parseBool(value); err != nil {
+					fail("osb.debug: %v", err)
+					continue
+				}
+			}
+			cfg.Debug = b
+		default:
+			fail("unknown parameter %s (see docs/cmdline.md)", key)
+		}
+	}
+	if len(errs) == 0 {
+		errs = cfg.validate()
+	}
+	if len(errs) > 0 {
+		return cfg, fmt.Errorf("kernel command line: %s", strings.Join(errs, "; "))
+	}
+	return cfg, nil
+}
+
+// validate checks rules that span parameters.
+func (c *Config) validate() []string {
+	var errs []string
+	if c.Root.Kind == RootURL && c.RootSHA256 == "" {
+		errs = append(errs, "osb.root is a URL, so osb.root.sha256 is required")
+	}
+	if c.RootSHA256 != "" && c.Root.Kind != RootURL {
+		errs = append(errs, "osb.root.sha256 is only used with an http(s) osb.root")
+	}
+	if c.Mode == ModeInstall {
+		if c.InstallImage == "" {
+			errs = append(errs, "osb.mode=install needs osb.install.image")
+		}
+		if c.InstallSHA256 == "" {
+			errs = append(errs, "osb.mode=install needs osb.install.sha256")
+		}
+		if c.InstallTarget.Kind == "" {
+			errs = append(errs, "osb.mode=install needs osb.install.target")
+		}
+	}
+	return errs
+}
+
+func isHTTPURL(s string) bool {
+	for _, p := range []string{"http://", "https://"} {
+		if strings.HasPrefix(s, p) && len(s) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseRoot(v string) (RootSource, error) {
+	switch {
+	case v == "initrd":
+		return RootSource{Kind: RootInitrd}, nil
+	case isHTTPURL(v):
+		return RootSource{Kind: RootURL, Value: v}, nil
+	}
+	d, err := parseDeviceRef(v)
+	if err != nil {
+		return RootSource{}, fmt.Errorf("want initrd, an http(s) URL, label:NAME or partlabel:NAME")
+	}
+	return RootSource(d), nil
+}
+
+func parseDeviceRef(v string) (DeviceRef, error) {
+	kind, name, ok := strings.Cut(v, ":")
+	if !ok || name == "" {
+		return DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
+	}
+	switch kind {
+	case "label":
+		return DeviceRef{Kind: RootLabel, Value: name}, nil
+	case "partlabel":
+		return DeviceRef{Kind: RootPartLabel, Value: name}, nil
+	}
+	return DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
+}
+
+func parseSHA256(v string) (string, error) {
+	v = strings.ToLower(v)
+	if len(v) != 64 {
+		return "", fmt.Errorf("%q is not 64 hex digits", v)
+	}
+	if _, err := hex.DecodeString(v); err != nil {
+		return "", fmt.Errorf("%q is not hex", v)
+	}
+	return v, nil
+}
+
+func parseBool(v string) (bool, error) {
+	switch v {
+	case "0":
+		return false, nil
+	case "1":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want 0 or 1", v)
+}
+
+func parsePersist(v string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range strings.Split(v, ",") {
+		if p == "" {
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("%q is not an absolute path", p)
+		}
+		c := path.Clean(p)
+		if c != p && c+"/" != p {
+			return nil, fmt.Errorf("%q is not a clean path (want %q)", p, c)
+		}
+		if c == "/" {
+			return nil, fmt.Errorf("cannot persist /")
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no paths given")
+	}
+	return out, nil
+}
+
+func parseTarget(v string) (InstallTarget, error) {
+	kind, val, ok := strings.Cut(v, ":")
+	if !ok || val == "" {
+		return InstallTarget{}, fmt.Errorf("want by-id:ID, serial:S, path:/dev/... or size:MIN-MAX")
+	}
+	switch TargetKind(kind) {
+	case TargetByID, TargetSerial:
+		return InstallTarget{Kind: TargetKind(kind), Value: val}, nil
+	case TargetPath:
+		if !strings.HasPrefix(val, "/dev/") {
+			return InstallTarget{}, fmt.Errorf("path %q is not under /dev/", val)
+		}
+		return InstallTarget{Kind: TargetPath, Value: val}, nil
+	case TargetSize:
+		lo, hi, ok := strings.Cut(val, "-")
+		if !ok {
+			return InstallTarget{}, fmt.Errorf("size %q: want MIN-MAX in GiB", val)
+		}
+		min, err1 := strconv.ParseUint(lo, 10, 32)
+		max, err2 := strconv.ParseUint(hi, 10, 32)
+		if err1 != nil || err2 != nil || min > max {
+			return InstallTarget{}, fmt.Errorf("size %q: want MIN-MAX in GiB with MIN <= MAX", val)
+		}
+		return InstallTarget{Kind: TargetSize, MinGiB: min, MaxGiB: max}, nil
+	}
+	return InstallTarget{}, fmt.Errorf("unknown selector %q: want by-id, serial, path or size", kind)
+}

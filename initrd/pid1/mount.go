@@ -1,0 +1,271 @@
+package pid1
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// earlyMounts are the API file systems the init needs, later moved into the
+// final root so systemd finds them mounted.
+var earlyMounts = []struct {
+	source, target, fstype string
+	flags                  uintptr
+	data                   string
+}{
+	{"proc", "/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+	{"sysfs", "/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+	{"devtmpfs", "/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+	{"tmpfs", "/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+}
+
+func mountEarly() error {
+	for _, m := range earlyMounts {
+		if err := os.MkdirAll(m.target, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", m.target, err)
+		}
+		if err := unix.Mount(m.source, m.target, m.fstype, m.flags, m.data); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
+		}
+	}
+	return nil
+}
+
+// setupConsole points stdin, stdout and stderr at /dev/console. The kernel
+// only does so when the initramfs has /dev/console; with devtmpfs mounted
+// it is always there.
+func setupConsole() error {
+	fd, err := unix.Open("/dev/console", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev/console: %w", err)
+	}
+	for target := 0; target <= 2; target++ {
+		if err := unix.Dup3(fd, target, 0); err != nil {
+			return fmt.Errorf("dup /dev/console to fd %d: %w", target, err)
+		}
+	}
+	return unix.Close(fd)
+}
+
+// checkInitramfs refuses to go on unless / is the initramfs (ramfs or
+// tmpfs): switching root deletes everything on it.
+func checkInitramfs() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/", &st); err != nil {
+		return fmt.Errorf("statfs /: %w", err)
+	}
+	if st.Type != unix.RAMFS_MAGIC && st.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("/ is not an initramfs (file system type %#x); refusing to run", st.Type)
+	}
+	return nil
+}
+
+// loadModules loads the modules listed in file, in order. A module that is
+// already loaded is fine. A module that fails to load is reported but not
+// fatal: some are hardware specific (crc32c_intel needs SSE4.2), and a
+// missing capability shows up later as a clear mount or device error.
+func (i *initProcess) loadModules(file string) error {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		i.debugf("no %s; loading no modules", file)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open module list: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		p := strings.TrimSpace(sc.Text())
+		if p == "" || strings.HasPrefix(p, "#") {
+			continue
+		}
+		if err := loadModule(p); err != nil {
+			i.logf("WARNING: %v", err)
+			continue
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read module list %s: %w", file, err)
+	}
+	i.debugf("loaded %d modules", n)
+	return nil
+}
+
+func loadModule(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("load module %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.FinitModule(fd, "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("load module %s: %w", path, err)
+	}
+	return nil
+}
+
+// rootFSType tells squashfs from erofs by their magic numbers, so the root
+// image format can change without a new command line parameter.
+func rootFSType(src string) (string, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("open root image: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1028)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		return "", fmt.Errorf("read root image %s: %w", src, err)
+	}
+	switch {
+	case string(buf[:4]) == "hsqs":
+		return "squashfs", nil
+	case buf[1024] == 0xe2 && buf[1025] == 0xe1 && buf[1026] == 0xf5 && buf[1027] == 0xe0:
+		return "erofs", nil
+	}
+	return "", fmt.Errorf("root image %s is neither squashfs nor erofs", src)
+}
+
+// mountRootImage mounts the read-only root image src at target: a block
+// device directly, a file through a read-only loop device.
+func mountRootImage(src, target string) error {
+	fstype, err := rootFSType(src)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("root image: %w", err)
+	}
+	dev := src
+	if fi.Mode().IsRegular() {
+		if dev, err = attachLoop(src); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", target, err)
+	}
+	if err := unix.Mount(dev, target, fstype, unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("mount %s root image %s (via %s) on %s: %w", fstype, src, dev, target, err)
+	}
+	return nil
+}
+
+// attachLoop attaches file read-only to a free loop device and returns the
+// device's path. The device detaches itself when its last user (the mount)
+// goes away. The file descriptors stay open until the init executes the
+// system's init (they are close-on-exec), by which time the mount holds
+// the device.
+func attachLoop(file string) (string, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return "", fmt.Errorf("open /dev/loop-control (is the loop module loaded?): %w", err)
+	}
+	defer ctl.Close()
+	backing, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", file, err)
+	}
+	var lastErr error
+	// Another process may take the free device between asking and
+	// attaching; the kernel then says EBUSY and we ask again.
+	for attempt := 0; attempt < 10; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return "", fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+		}
+		dev := fmt.Sprintf("/dev/loop%d", n)
+		loopFile, err := openWhenPresent(dev, 5*time.Second)
+		if err != nil {
+			return "", err
+		}
+		err = configureLoop(int(loopFile.Fd()), int(backing.Fd()), file)
+		if err == nil {
+			keepOpen = append(keepOpen, loopFile, backing)
+			return dev, nil
+		}
+		loopFile.Close()
+		lastErr = err
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+	}
+	backing.Close()
+	return "", fmt.Errorf("attach %s to a loop device: %w", file, lastErr)
+}
+
+// keepOpen holds files that must stay open until exec.
+var keepOpen []*os.File
+
+func configureLoop(loopFD, backingFD int, name string) error {
+	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR}
+	copy(info.File_name[:len(info.File_name)-1], name)
+	err := unix.IoctlLoopConfigure(loopFD, &unix.LoopConfig{Fd: uint32(backingFD), Info: info})
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOTTY) {
+		return fmt.Errorf("LOOP_CONFIGURE: %w", err)
+	}
+	// Kernels before 5.8 lack LOOP_CONFIGURE.
+	if err := unix.IoctlSetInt(loopFD, unix.LOOP_SET_FD, backingFD); err != nil {
+		return fmt.Errorf("LOOP_SET_FD: %w", err)
+	}
+	if err := unix.IoctlLoopSetStatus64(loopFD, &info); err != nil {
+		unix.IoctlSetInt(loopFD, unix.LOOP_CLR_FD, 0)
+		return fmt.Errorf("LOOP_SET_STATUS64: %w", err)
+	}
+	return nil
+}
+
+// openWhenPresent opens a device node, waiting for devtmpfs to create it.
+func openWhenPresent(dev string, wait time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		f, err := os.OpenFile(dev, os.O_RDWR, 0)
+		if errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES) {
+			f, err = os.Open(dev)
+		}
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("open %s: %w", dev, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mountOverlay puts a tmpfs at overlayDir and the overlay of lower and that
+// tmpfs at target.
+func mountOverlay(lower, overlayDir, target string) error {
+	if err := os.MkdirAll(overlayDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", overlayDir, err)
+	}
+	if err := unix.Mount("tmpfs", overlayDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", overlayDir, err)
+	}
+	upper, work := filepath.Join(overlayDir, "upper"), filepath.Join(overlayDir, "work")
+	for _, d := range []string{upper, work, target} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// The upper directory's mode becomes that of the merged root.
+	if err := os.Chmod(upper, 0o755); err != nil {
+		return fmt.Errorf("chmod %s: %w", upper, err)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay (%s) on %s: %w", opts, target, err)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+// Package pid1 is the initrd's init: PID 1 of the initramfs. In memory mode
+// it attaches the read-only root image to a loop device, lays a tmpfs
+// overlay over it at /sysroot and switches into it, executing /sbin/init.
+// Its kernel command line is defined in docs/cmdline.md.
+//
+// Every failure prints "osb-init: FATAL: <reason>" on the console and then
+// waits forever, repeating the reason, instead of exiting (which would make
+// the kernel panic with a message that does not say why).
+package pid1
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Paths inside the initrd that the builder (package initrd) and the init
+// agree on.
+const (
+	// RootImagePath is where the read-only root image sits in the initrd
+	// for osb.root=initrd.
+	RootImagePath = "/root.img"
+	// ModuleListPath lists the kernel modules to load, one absolute path
+	// per line, in load order (dependencies first). Plain .ko files: the
+	// builder decompresses them, so the kernel needs no module
+	// decompression support.
+	ModuleListPath = "/etc/osb-init/modules"
+	// SysrootDir is where the final root is assembled before switching.
+	SysrootDir = "/sysroot"
+	// LowerDir and OverlayDir hold the read-only root and the tmpfs with
+	// the overlay's upper and work directories. They live under /run, which
+	// moves into the final root, so they stay visible there.
+	LowerDir   = "/run/osb/lower"
+	OverlayDir = "/run/osb/overlay"
+	// SystemInit is what runs after the switch.
+	SystemInit = "/sbin/init"
+)
+
+// DeviceWait is how long the init waits for a root device named by label or
+// partition name to appear: storage drivers probe asynchronously, and slow
+// controllers (RAID, USB, some NVMe) can take tens of seconds.
+var DeviceWait = 60 * time.Second
+
+const logPrefix = "osb-init: "
+
+type initProcess struct {
+	debug bool
+}
+
+func (i *initProcess) logf(format string, a ...any) {
+	fmt.Fprintf(os.Stdout, logPrefix+format+"\n", a...)
+}
+
+func (i *initProcess) debugf(format string, a ...any) {
+	if i.debug {
+		i.logf(format, a...)
+	}
+}
+
+// Main runs the init. It never returns: it either executes the system's
+// init or stays in the emergency loop.
+func Main() {
+	if os.Getpid() != 1 {
+		// Refuse to run anywhere else: the switch deletes the files of the
+		// root file system it runs from.
+		fmt.Fprintln(os.Stderr, logPrefix+"must run as PID 1 of an initramfs; refusing to run")
+		os.Exit(2)
+	}
+	i := &initProcess{}
+	err := i.run()
+	fatal(err)
+}
+
+// fatal prints the reason and never returns. The reason is repeated so that
+// it can be read from a console attached late.
+func fatal(err error) {
+	if err == nil {
+		err = errors.New("init returned without switching root")
+	}
+	msg := logPrefix + "FATAL: " + err.Error() + "\n"
+	if _, werr := os.Stdout.WriteString(msg); werr != nil {
+		if c, cerr := os.OpenFile("/dev/console", os.O_WRONLY|unix.O_NOCTTY, 0); cerr == nil {
+			c.WriteString(msg)
+			c.Close()
+		}
+	}
+	if k, kerr := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0); kerr == nil {
+		k.WriteString("<2>" + strings.TrimSuffix(msg, "\n"))
+		k.Close()
+	}
+	for {
+		time.Sleep(30 * time.Second)
+		os.Stdout.WriteString(msg)
+	}
+}
+
+func (i *initProcess) run() error {
+	start := time.Now()
+	if err := mountEarly(); err != nil {
+		return err
+	}
+	if err := setupConsole(); err != nil {
+		return err
+	}
+	if err := checkInitramfs(); err != nil {
+		return err
+	}
+	raw, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return fmt.Errorf("read kernel command line: %w", err)
+	}
+	cfg, err := ParseCmdline(string(raw))
+	if err != nil {
+		return err
+	}
+	i.debug = cfg.Debug
+	_, statErr := os.Stat(RootImagePath)
+	cfg.ResolveRoot(statErr == nil)
+	i.logf("starting: mode=%s root=%s", cfg.Mode, cfg.Root)
+
+	if err := i.loadModules(ModuleListPath); err != nil {
+		return err
+	}
+	switch cfg.Mode {
+	case ModeMemory:
+		if err := i.memoryMode(&cfg); err != nil {
+			return err
+		}
+	case ModeInstall:
+		return errors.New("osb.mode=install is not implemented by this init yet")
+	default:
+		return fmt.Errorf("unknown mode %q", cfg.Mode)
+	}
+	i.logf("root ready after %v; switching to %s", time.Since(start).Round(time.Millisecond), SystemInit)
+	return switchRoot(SysrootDir, SystemInit, os.Args[1:])
+}
+
+// memoryMode assembles /sysroot: the read-only root image with a tmpfs
+// overlay on top.
+func (i *initProcess) memoryMode(cfg *Config) error {
+	if len(cfg.Persist) > 0 {
+		// Persisted paths need the data partition; refusing is better than
+		// booting and silently losing what the user meant to keep.
+		return fmt.Errorf("osb.persist=%s is not implemented by this init yet", strings.Join(cfg.Persist, ","))
+	}
+	src, err := i.findRoot(cfg.Root)
+	if err != nil {
+		return err
+	}
+	i.debugf("root image: %s", src)
+	if err := mountRootImage(src, LowerDir); err != nil {
+		return err
+	}
+	return mountOverlay(LowerDir, OverlayDir, SysrootDir)
+}
+
+// findRoot returns the file or block device holding the root image.
+func (i *initProcess) findRoot(r RootSource) (string, error) {
+	switch r.Kind {
+	case RootInitrd:
+		if _, err := os.Stat(RootImagePath); err != nil {
+			return "", fmt.Errorf("osb.root=initrd but the initrd has no %s", RootImagePath)
+		}
+		return RootImagePath, nil
+	case RootLabel, RootPartLabel:
+		i.logf("waiting up to %v for %s", DeviceWait, r)
+		return waitForBlockDevice(DeviceRef(r), DeviceWait)
+	case RootURL:
+		return "", fmt.Errorf("osb.root=%s: fetching the root image over HTTP is not implemented by this init yet", r.Value)
+	}
+	return "", fmt.Errorf("osb.root: unknown source %q", r.Kind)
+}

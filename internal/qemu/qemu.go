@@ -1,0 +1,406 @@
+// Package qemu starts QEMU virtual machines for tests and watches their
+// serial console: boot a kernel and initrd, a disk, an ISO or the network,
+// then wait for what the console should say, failing fast on what it must
+// not say.
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OVMF firmware files of Debian's ovmf package (4 MiB flash layout).
+var (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// Binary is the QEMU system emulator used.
+var Binary = "qemu-system-x86_64"
+
+// DefaultFailureMarkers end WaitFor early: each means the boot went wrong.
+var DefaultFailureMarkers = []string{
+	"Kernel panic",
+	"emergency mode",
+	"Shell>",
+	"osb-init: FATAL",
+	"Failed to start",
+}
+
+// Config describes a VM.
+type Config struct {
+	// Kernel and Initrd are booted directly (-kernel/-initrd) when Kernel is
+	// set; Append is the kernel command line.
+	Kernel, Initrd, Append string
+	// UEFI boots through OVMF (code read-only, a private copy of the vars);
+	// otherwise through SeaBIOS.
+	UEFI bool
+	// Disks are raw images attached as virtio disks, in order.
+	Disks []string
+	// CDROM is an ISO attached as an IDE (AHCI on q35) CD-ROM.
+	CDROM string
+	// MemoryMB defaults to 1024.
+	MemoryMB int
+	// CPUs defaults to 1.
+	CPUs int
+	// Net nil means no network card.
+	Net *NetConfig
+	// NoReboot makes a guest reboot end QEMU instead.
+	NoReboot bool
+	// ExtraArgs are appended to QEMU's command line.
+	ExtraArgs []string
+	// SerialLog, when set, also receives the console output.
+	SerialLog string
+	// FailureMarkers replace DefaultFailureMarkers when not nil; an empty
+	// non-nil slice disables failure detection.
+	FailureMarkers []string
+}
+
+// NetConfig is QEMU user-mode networking (slirp) with one virtio NIC.
+type NetConfig struct {
+	// BootFile is the DHCP boot file name: a TFTP path, or an http(s) URL
+	// for UEFI HTTP boot / iPXE.
+	BootFile string
+	// TFTPDir is served over TFTP.
+	TFTPDir string
+	// ROMFile is the NIC option ROM, e.g. /usr/lib/ipxe/qemu/efi-virtio.rom.
+	ROMFile string
+	// HostForwards are slirp hostfwd rules, e.g. "tcp::2222-:22".
+	HostForwards []string
+	// HTTPBootOnly disables OVMF's PXE boot options (IPv4 and IPv6), so
+	// the firmware goes straight to HTTP boot.
+	HTTPBootOnly bool
+}
+
+// VM is a running QEMU.
+type VM struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	tmpDir  string
+	markers []string
+
+	mu      sync.Mutex
+	console bytes.Buffer
+	changed chan struct{} // closed and replaced whenever output arrives
+	exited  bool
+	waitErr error
+	done    chan struct{}
+	logFile *os.File
+
+	stopOnce sync.Once
+}
+
+// Args returns QEMU's arguments for cfg; the vars file is where the
+// per-VM copy of OVMF's variable store is.
+func (cfg *Config) Args(varsFile string) []string {
+	mem := cfg.MemoryMB
+	if mem == 0 {
+		mem = 1024
+	}
+	cpus := cfg.CPUs
+	if cpus == 0 {
+		cpus = 1
+	}
+	args := []string{
+		"-machine", "q35,accel=tcg",
+		"-m", fmt.Sprint(mem),
+		"-smp", fmt.Sprint(cpus),
+		"-display", "none",
+		"-monitor", "none",
+		"-serial", "stdio",
+	}
+	if cfg.NoReboot {
+		args = append(args, "-no-reboot")
+	}
+	if cfg.UEFI {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+varsFile,
+		)
+	}
+	if cfg.Kernel != "" {
+		args = append(args, "-kernel", cfg.Kernel)
+		if cfg.Initrd != "" {
+			args = append(args, "-initrd", cfg.Initrd)
+		}
+		if cfg.Append != "" {
+			args = append(args, "-append", cfg.Append)
+		}
+	}
+	for i, d := range cfg.Disks {
+		args = append(args, "-drive", fmt.Sprintf("if=virtio,format=raw,index=%d,file=%s", i, d))
+	}
+	if cfg.CDROM != "" {
+		args = append(args, "-drive", "media=cdrom,readonly=on,format=raw,file="+cfg.CDROM)
+	}
+	if cfg.Net == nil {
+		args = append(args, "-nic", "none")
+	} else {
+		nic := "user,model=virtio-net-pci"
+		if cfg.Net.TFTPDir != "" {
+			nic += ",tftp=" + cfg.Net.TFTPDir
+		}
+		if cfg.Net.BootFile != "" {
+			nic += ",bootfile=" + cfg.Net.BootFile
+		}
+		if cfg.Net.ROMFile != "" {
+			nic += ",romfile=" + cfg.Net.ROMFile
+		}
+		for _, f := range cfg.Net.HostForwards {
+			nic += ",hostfwd=" + f
+		}
+		args = append(args, "-nic", nic)
+		if cfg.Net.HTTPBootOnly {
+			args = append(args,
+				"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+				"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+			)
+		}
+	}
+	return append(args, cfg.ExtraArgs...)
+}
+
+// Start starts QEMU for cfg. The VM stops when ctx ends or Stop is called.
+func Start(ctx context.Context, cfg Config) (*VM, error) {
+	if _, err := exec.LookPath(Binary); err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "osb-qemu-")
+	if err != nil {
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	vm := &VM{tmpDir: tmp, changed: make(chan struct{}), done: make(chan struct{})}
+	vm.markers = DefaultFailureMarkers
+	if cfg.FailureMarkers != nil {
+		vm.markers = cfg.FailureMarkers
+	}
+	varsFile := filepath.Join(tmp, "OVMF_VARS.fd")
+	if cfg.UEFI {
+		if err := copyFile(OVMFVars, varsFile); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("qemu: copy OVMF vars: %w", err)
+		}
+	}
+	if cfg.SerialLog != "" {
+		if vm.logFile, err = os.Create(cfg.SerialLog); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("qemu: %w", err)
+		}
+	}
+	vm.cmd = exec.CommandContext(ctx, Binary, cfg.Args(varsFile)...)
+	vm.cmd.WaitDelay = 5 * time.Second
+	stdout, err := vm.cmd.StdoutPipe()
+	if err != nil {
+		vm.cleanup()
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	vm.cmd.Stderr = vm.cmd.Stdout // QEMU's own errors belong in the log too
+	// Keep stdin open: QEMU's stdio backend would see EOF on /dev/null, and
+	// tests may type into the console.
+	if vm.stdin, err = vm.cmd.StdinPipe(); err != nil {
+		vm.cleanup()
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	if err := vm.cmd.Start(); err != nil {
+		vm.cleanup()
+		return nil, fmt.Errorf("qemu: start %s: %w", Binary, err)
+	}
+	go vm.pump(stdout)
+	return vm, nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
+}
+
+// pump copies QEMU's output into the console buffer until QEMU exits.
+func (vm *VM) pump(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			vm.mu.Lock()
+			vm.console.Write(buf[:n])
+			if vm.logFile != nil {
+				vm.logFile.Write(buf[:n])
+			}
+			close(vm.changed)
+			vm.changed = make(chan struct{})
+			vm.mu.Unlock()
+		}
+		if err != nil {
+			break
+		}
+	}
+	werr := vm.cmd.Wait()
+	vm.mu.Lock()
+	vm.exited, vm.waitErr = true, werr
+	close(vm.changed)
+	vm.changed = make(chan struct{})
+	vm.mu.Unlock()
+	close(vm.done)
+}
+
+// Console returns everything the VM printed so far.
+func (vm *VM) Console() string {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.console.String()
+}
+
+// Tail returns the last n lines of the console.
+func (vm *VM) Tail(n int) string {
+	lines := strings.Split(strings.TrimRight(vm.Console(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// SendConsole types s into the serial console.
+func (vm *VM) SendConsole(s string) error {
+	_, err := io.WriteString(vm.stdin, s)
+	return err
+}
+
+// ErrFailureMarker is wrapped by WaitFor's error when the console showed a
+// failure marker.
+var ErrFailureMarker = errors.New("failure marker on console")
+
+// ErrExited is wrapped by WaitFor's error when QEMU exited first.
+var ErrExited = errors.New("qemu exited")
+
+// WaitFor waits until the console shows any of want and returns the one
+// that appeared first. It fails as soon as a failure marker appears before
+// it, QEMU exits, or ctx ends; the error carries the console's tail. The
+// whole console is searched each time, so a marker seen earlier fails every
+// later WaitFor too.
+func (vm *VM) WaitFor(ctx context.Context, want ...string) (string, error) {
+	for {
+		vm.mu.Lock()
+		out := vm.console.String()
+		changed, exited, waitErr := vm.changed, vm.exited, vm.waitErr
+		vm.mu.Unlock()
+
+		matched, at := firstOf(out, want)
+		failed, failAt := firstOf(out, vm.markers)
+		switch {
+		case matched != "" && (failed == "" || at < failAt):
+			return matched, nil
+		case failed != "":
+			out = vm.restOfLine(ctx, failAt)
+			return "", fmt.Errorf("qemu: %w: %q while waiting for %q; console tail:\n%s", ErrFailureMarker, failed, want, tailOf(out, 40))
+		case exited:
+			return "", fmt.Errorf("qemu: %w (%v) while waiting for %q; console tail:\n%s", ErrExited, waitErr, want, tailOf(out, 40))
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", fmt.Errorf("qemu: %w while waiting for %q; console tail:\n%s", ctx.Err(), want, tailOf(out, 40))
+		}
+	}
+}
+
+// restOfLine waits briefly for the line holding position at to end, so a
+// failure's reason (printed after its marker) makes it into the error.
+func (vm *VM) restOfLine(ctx context.Context, at int) string {
+	deadline := time.After(3 * time.Second)
+	for {
+		vm.mu.Lock()
+		out, changed, exited := vm.console.String(), vm.changed, vm.exited
+		vm.mu.Unlock()
+		if strings.Contains(out[at:], "\n") || exited {
+			return out
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return out
+		case <-ctx.Done():
+			return out
+		}
+	}
+}
+
+// firstOf returns the string of list that occurs earliest in s and where.
+func firstOf(s string, list []string) (string, int) {
+	best, bestAt := "", -1
+	for _, w := range list {
+		if w == "" {
+			continue
+		}
+		if i := strings.Index(s, w); i >= 0 && (bestAt < 0 || i < bestAt) {
+			best, bestAt = w, i
+		}
+	}
+	return best, bestAt
+}
+
+func tailOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Stop kills QEMU and removes the VM's temporary files. It is safe to call
+// more than once.
+func (vm *VM) Stop() {
+	vm.stopOnce.Do(func() {
+		if vm.cmd.Process != nil {
+			vm.cmd.Process.Kill()
+		}
+		<-vm.done
+		vm.cleanup()
+	})
+}
+
+// Done is closed when QEMU has exited.
+func (vm *VM) Done() <-chan struct{} { return vm.done }
+
+func (vm *VM) cleanup() {
+	if vm.logFile != nil {
+		vm.logFile.Close()
+	}
+	os.RemoveAll(vm.tmpDir)
+}
+
+// TB is the part of testing.TB that StartT needs.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Failed() bool
+}
+
+// StartT starts a VM for a test and stops it when the test ends, logging
+// the console's tail if the test failed.
+func StartT(t TB, ctx context.Context, cfg Config) *VM {
+	t.Helper()
+	vm, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console tail:\n%s", vm.Tail(60))
+		}
+		vm.Stop()
+	})
+	return vm
+}

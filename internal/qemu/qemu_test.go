@@ -1,0 +1,111 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needQEMU skips when QEMU or OVMF is missing, except in CI.
+func needQEMU(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath(Binary)
+	if err == nil {
+		_, err = os.Stat(OVMFCode)
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("QEMU/OVMF missing in CI: %v", err)
+		}
+		t.Skipf("QEMU/OVMF missing: %v", err)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	cfg := Config{
+		Kernel: "/k", Initrd: "/i", Append: "console=ttyS0",
+		UEFI: true, Disks: []string{"/d0", "/d1"}, CDROM: "/c.iso", MemoryMB: 1536, NoReboot: true,
+		Net: &NetConfig{BootFile: "http://10.0.2.2/uki.efi", TFTPDir: "/tftp",
+			ROMFile: "/usr/lib/ipxe/qemu/efi-virtio.rom", HostForwards: []string{"tcp::2222-:22"}, HTTPBootOnly: true},
+		ExtraArgs: []string{"-cpu", "max"},
+	}
+	got := strings.Join(cfg.Args("/tmp/vars.fd"), " ")
+	for _, want := range []string{
+		"-machine q35,accel=tcg", "-m 1536", "-no-reboot", "-serial stdio",
+		"if=pflash,format=raw,unit=0,readonly=on,file=" + OVMFCode,
+		"if=pflash,format=raw,unit=1,file=/tmp/vars.fd",
+		"-kernel /k -initrd /i -append console=ttyS0",
+		"if=virtio,format=raw,index=0,file=/d0", "if=virtio,format=raw,index=1,file=/d1",
+		"media=cdrom,readonly=on,format=raw,file=/c.iso",
+		"-nic user,model=virtio-net-pci,tftp=/tftp,bootfile=http://10.0.2.2/uki.efi,romfile=/usr/lib/ipxe/qemu/efi-virtio.rom,hostfwd=tcp::2222-:22",
+		"name=opt/org.tianocore/IPv4PXESupport,string=n", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+		"-cpu max",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if args := (&Config{}).Args(""); !slices.Contains(args, "none") || slices.Contains(args, "-kernel") {
+		t.Errorf("minimal args: %v", args)
+	}
+}
+
+func TestFirstOf(t *testing.T) {
+	for _, tc := range []struct {
+		s, want string
+		list    []string
+	}{
+		{"a b c", "b", []string{"c", "b"}},
+		{"a b c", "", []string{"x"}},
+		{"Shell> ", "Shell>", []string{"", "Shell>"}},
+	} {
+		if got, _ := firstOf(tc.s, tc.list); got != tc.want {
+			t.Errorf("firstOf(%q, %q) = %q, want %q", tc.s, tc.list, got, tc.want)
+		}
+	}
+}
+
+// TestOVMFShellIsFailure boots OVMF with nothing to boot: it ends in the
+// UEFI shell, which WaitFor must report as a failure at once rather than
+// waiting for its deadline.
+func TestOVMFShellIsFailure(t *testing.T) {
+	needQEMU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	vm := StartT(t, ctx, Config{UEFI: true, MemoryMB: 256})
+	start := time.Now()
+	_, err := vm.WaitFor(ctx, "this never appears")
+	if !errors.Is(err, ErrFailureMarker) {
+		t.Fatalf("WaitFor = %v, want ErrFailureMarker", err)
+	}
+	if !strings.Contains(err.Error(), "Shell>") {
+		t.Errorf("error does not name the marker: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("failure found only at the deadline")
+	}
+	t.Logf("UEFI shell detected after %v", time.Since(start).Round(time.Millisecond))
+
+	// With the shell not a failure, it is a milestone like any other, and
+	// the console can be typed into.
+	vm.markers = nil
+	if m, err := vm.WaitFor(ctx, "Shell>"); err != nil || m != "Shell>" {
+		t.Fatalf("WaitFor(Shell>) = %q, %v", m, err)
+	}
+	if err := vm.SendConsole("reset -s\r"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-vm.Done():
+	case <-ctx.Done():
+		t.Fatal("VM did not power off after `reset -s`")
+	}
+	if _, err := vm.WaitFor(ctx, "never"); !errors.Is(err, ErrExited) {
+		t.Errorf("WaitFor after exit = %v, want ErrExited", err)
+	}
+}

@@ -1,0 +1,166 @@
+package isoimage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// ISO 9660 and El Torito offsets normalize reads or sets.
+const (
+	vdFirstSector  = 16
+	vdTypeBoot     = 0
+	vdTypePrimary  = 1
+	vdTypeSupp     = 2
+	vdTypeEnd      = 255
+	pvdVolumeSize  = 80  // both-endian uint32, in blocks
+	pvdRootRecord  = 156 // 34-byte directory record
+	pvdCreation    = 813 // four 17-byte dates follow
+	pvdModified    = 830
+	pvdExpiration  = 847
+	pvdEffective   = 864
+	bootCatalogLBA = 0x47
+	recordDate     = 18 // 7-byte date in a directory record
+	recordFlags    = 25
+	recordNameLen  = 32
+	flagDirectory  = 0x02
+
+	// catalogSectorCount is the default entry's 16-bit count of 512-byte
+	// sectors: after the 32-byte validation entry, at offset 6.
+	catalogSectorCount = 32 + 6
+)
+
+// normalize fixes what go-diskfs v1.9.1 leaves irreproducible or wrong in a
+// finalized ISO: it stamps time.Now() on the volume descriptor, the boot
+// catalog's record and (through the workspace's file times) every other
+// record; it truncates the boot image's sector count to 16 bits; and it
+// may pad past the volume's end. Every date becomes mtime (UTC), the count
+// 0 when the boot image exceeds the field, and the file the volume size.
+func normalize(f *os.File, mtime time.Time, bootImageSize int64) error {
+	var volumeBlocks int64
+	var root []byte
+	for s := int64(vdFirstSector); ; s++ {
+		vd := make([]byte, blockSize)
+		if _, err := f.ReadAt(vd, s*blockSize); err != nil {
+			return fmt.Errorf("reading volume descriptor %d: %w", s, err)
+		}
+		if !bytes.Equal(vd[1:6], []byte("CD001")) {
+			return fmt.Errorf("sector %d is not a volume descriptor", s)
+		}
+		switch vd[0] {
+		case vdTypePrimary, vdTypeSupp:
+			stamp := longDate(mtime)
+			copy(vd[pvdCreation:], stamp)
+			copy(vd[pvdModified:], stamp)
+			copy(vd[pvdExpiration:], unsetLongDate())
+			copy(vd[pvdEffective:], unsetLongDate())
+			copy(vd[pvdRootRecord+recordDate:], shortDate(mtime))
+			if vd[0] == vdTypePrimary {
+				volumeBlocks = int64(binary.LittleEndian.Uint32(vd[pvdVolumeSize:]))
+				root = vd[pvdRootRecord : pvdRootRecord+34]
+			}
+		case vdTypeBoot:
+			if err := fixCatalog(f, vd, bootImageSize); err != nil {
+				return err
+			}
+		}
+		if _, err := f.WriteAt(vd, s*blockSize); err != nil {
+			return fmt.Errorf("writing volume descriptor %d: %w", s, err)
+		}
+		if vd[0] == vdTypeEnd {
+			break
+		}
+		if s > vdFirstSector+16 {
+			return errors.New("no volume descriptor set terminator")
+		}
+	}
+	if root == nil {
+		return errors.New("no primary volume descriptor")
+	}
+	if err := stampTree(f, root, shortDate(mtime)); err != nil {
+		return err
+	}
+	// go-diskfs pads the last file with a whole zero block when it already
+	// ends on a block boundary, which lies past the volume.
+	return f.Truncate(volumeBlocks * blockSize)
+}
+
+// fixCatalog sets the default entry's sector count to 0 when the boot
+// image does not fit the 16-bit field (see the package comment).
+func fixCatalog(f *os.File, bootRecord []byte, bootImageSize int64) error {
+	if !bytes.HasPrefix(bootRecord[7:], []byte("EL TORITO SPECIFICATION")) {
+		return nil
+	}
+	lba := int64(binary.LittleEndian.Uint32(bootRecord[bootCatalogLBA:]))
+	if sectors := (bootImageSize + 511) / 512; sectors <= 0xffff {
+		return nil
+	}
+	var zero [2]byte
+	if _, err := f.WriteAt(zero[:], lba*blockSize+catalogSectorCount); err != nil {
+		return fmt.Errorf("writing boot catalog: %w", err)
+	}
+	return nil
+}
+
+// stampTree sets the date of every record in the directory tree below the
+// root record.
+func stampTree(f *os.File, rootRecord, date []byte) error {
+	type extent struct{ lba, size int64 }
+	queue := []extent{{int64(binary.LittleEndian.Uint32(rootRecord[2:])), int64(binary.LittleEndian.Uint32(rootRecord[10:]))}}
+	seen := map[int64]bool{}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if seen[d.lba] {
+			continue
+		}
+		seen[d.lba] = true
+		buf := make([]byte, d.size)
+		if _, err := f.ReadAt(buf, d.lba*blockSize); err != nil {
+			return fmt.Errorf("reading directory at block %d: %w", d.lba, err)
+		}
+		for i := 0; i < len(buf); {
+			n := int(buf[i])
+			if n == 0 {
+				// Records do not cross blocks; the rest of this one is padding.
+				i = (i/blockSize + 1) * blockSize
+				continue
+			}
+			if n < 34 || i+n > len(buf) {
+				return fmt.Errorf("bad directory record at block %d offset %d", d.lba, i)
+			}
+			rec := buf[i : i+n]
+			copy(rec[recordDate:], date)
+			name := rec[33 : 33+int(rec[recordNameLen])]
+			self := len(name) == 1 && (name[0] == 0 || name[0] == 1)
+			if rec[recordFlags]&flagDirectory != 0 && !self {
+				queue = append(queue, extent{int64(binary.LittleEndian.Uint32(rec[2:])), int64(binary.LittleEndian.Uint32(rec[10:]))})
+			}
+			i += n
+		}
+		if _, err := f.WriteAt(buf, d.lba*blockSize); err != nil {
+			return fmt.Errorf("writing directory at block %d: %w", d.lba, err)
+		}
+	}
+	return nil
+}
+
+// shortDate is a directory record date: years since 1900, month, day,
+// hour, minute, second, offset from UTC in 15-minute steps.
+func shortDate(t time.Time) []byte {
+	t = t.UTC()
+	return []byte{byte(t.Year() - 1900), byte(t.Month()), byte(t.Day()), byte(t.Hour()), byte(t.Minute()), byte(t.Second()), 0}
+}
+
+// longDate is a volume descriptor date: "YYYYMMDDHHMMSScc" and the offset.
+func longDate(t time.Time) []byte {
+	return append([]byte(t.UTC().Format("20060102150405")+"00"), 0)
+}
+
+// unsetLongDate is the "not specified" volume descriptor date.
+func unsetLongDate() []byte {
+	return append(bytes.Repeat([]byte("0"), 16), 0)
+}

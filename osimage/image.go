@@ -1,0 +1,461 @@
+package osimage
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// ErrDigestMismatch is returned (wrapped) when an artifact's bytes do not
+// hash to the sha256 that manifest.json records for it.
+var ErrDigestMismatch = errors.New("sha256 mismatch")
+
+// AnnotationCreated is the OCI pre-defined creation time annotation; we set it
+// from SourceDateEpoch so that it does not break reproducibility.
+const AnnotationCreated = "org.opencontainers.image.created"
+
+// ImageConfig is the config blob (MediaTypeConfig). CommandLine is the only
+// field boot-operator and ironcore-image read; the rest is our boot identity,
+// duplicated from the annotations so that a consumer holding only the config
+// has it too.
+type ImageConfig struct {
+	CommandLine    string            `json:"commandLine"`
+	BootMethods    []BootMethod      `json:"bootMethods"`
+	DefaultBoot    BootMethod        `json:"defaultBoot"`
+	InstallModes   []InstallMode     `json:"installModes"`
+	Architecture   string            `json:"architecture"`
+	OSRelease      map[string]string `json:"osRelease,omitempty"`
+	Recipe         string            `json:"recipe"`
+	Version        string            `json:"version"`
+	ExcludedLayers []string          `json:"excludedLayers,omitempty"`
+}
+
+// kindOrder fixes the layer order in the manifest (and so its digest):
+// the PXE set first, then the other boot artifacts, manifest.json last.
+var kindOrder = []ArtifactKind{KindKernel, KindInitrd, KindRootfs, KindCmdline, KindUKI, KindDisk, KindISO}
+
+// kindMediaTypes maps an artifact kind to its layer media type.
+var kindMediaTypes = map[ArtifactKind]string{
+	KindKernel:  MediaTypeKernel,
+	KindInitrd:  MediaTypeInitramfs,
+	KindRootfs:  MediaTypeSquashfs,
+	KindCmdline: MediaTypeCmdline,
+	KindUKI:     MediaTypeUKI,
+	KindDisk:    MediaTypeDisk,
+	KindISO:     MediaTypeISO,
+}
+
+// kindBoot is the boot method each artifact serves (layer annotation).
+var kindBoot = map[ArtifactKind]BootMethod{
+	KindKernel:  BootPXE,
+	KindInitrd:  BootPXE,
+	KindRootfs:  BootPXE,
+	KindCmdline: BootPXE,
+	KindUKI:     BootUEFIHTTP,
+	KindDisk:    BootDisk,
+	KindISO:     BootVirtualMedia,
+}
+
+// MediaTypeOf returns the layer media type of an artifact kind.
+func MediaTypeOf(kind ArtifactKind) (string, bool) {
+	mt, ok := kindMediaTypes[kind]
+	return mt, ok
+}
+
+// KindOf returns the artifact kind of a layer media type; manifest.json and
+// unknown media types have none.
+func KindOf(mediaType string) (ArtifactKind, bool) {
+	for k, mt := range kindMediaTypes {
+		if mt == mediaType {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// methodNeeds lists, per boot method, the artifact kinds it cannot do without.
+var methodNeeds = map[BootMethod][]ArtifactKind{
+	BootUEFIHTTP:     {KindUKI},
+	BootPXE:          {KindKernel, KindInitrd},
+	BootVirtualMedia: {KindISO},
+	BootDisk:         {KindDisk},
+}
+
+// methodOrder is the preference order: the first supported method is the
+// default boot method.
+var methodOrder = []BootMethod{BootUEFIHTTP, BootPXE, BootVirtualMedia, BootDisk}
+
+// methodArtifactType is the V2-style artifactType of each boot method.
+var methodArtifactType = map[BootMethod]string{
+	BootUEFIHTTP:     ArtifactTypeUKI,
+	BootPXE:          ArtifactTypePXE,
+	BootVirtualMedia: ArtifactTypeISO,
+	BootDisk:         ArtifactTypeDisk,
+}
+
+// ArtifactTypeOf returns the manifest artifactType for a default boot method.
+func ArtifactTypeOf(m BootMethod) string { return methodArtifactType[m] }
+
+// DeriveBoot computes the boot methods (in preference order), the default
+// method and the install modes from the artifact kinds present.
+func DeriveBoot(kinds map[ArtifactKind]bool) (methods []BootMethod, def BootMethod, modes []InstallMode) {
+	for _, m := range methodOrder {
+		ok := true
+		for _, k := range methodNeeds[m] {
+			ok = ok && kinds[k]
+		}
+		if ok {
+			methods = append(methods, m)
+		}
+	}
+	if len(methods) > 0 {
+		def = methods[0]
+	}
+	if kinds[KindInitrd] || kinds[KindUKI] {
+		modes = append(modes, InstallMemory)
+	}
+	if kinds[KindDisk] {
+		modes = append(modes, InstallDisk)
+	}
+	return methods, def, modes
+}
+
+// ReadManifest reads and parses manifest.json from an output directory.
+func ReadManifest(dir string) (*BuildManifest, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("read build manifest: %w", err)
+	}
+	var m BuildManifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, ManifestFile), err)
+	}
+	return &m, nil
+}
+
+// NewImage builds the OCI image manifest of one output directory (one
+// architecture). m is the parsed manifest.json of dir; nil reads it. Artifact
+// layers are streamed from their files when the image is written, and their
+// bytes are checked against the sha256 in manifest.json while streaming: a
+// mismatch fails the write with ErrDigestMismatch. Sizes are checked here.
+func NewImage(dir string, m *BuildManifest) (v1.Image, error) {
+	if m == nil {
+		var err error
+		if m, err = ReadManifest(dir); err != nil {
+			return nil, err
+		}
+	}
+	if m.Architecture == "" {
+		return nil, fmt.Errorf("build manifest in %s has no architecture", dir)
+	}
+	rawBuildManifest, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("read build manifest: %w", err)
+	}
+
+	byKind := map[ArtifactKind]Artifact{}
+	for _, a := range m.Artifacts {
+		if _, ok := kindMediaTypes[a.Kind]; !ok {
+			return nil, fmt.Errorf("artifact %s: unknown kind %q", a.Path, a.Kind)
+		}
+		if _, dup := byKind[a.Kind]; dup {
+			return nil, fmt.Errorf("artifact %s: a second %s artifact", a.Path, a.Kind)
+		}
+		byKind[a.Kind] = a
+	}
+
+	img := &artifactImage{layers: map[v1.Hash]partial.CompressedLayer{}}
+	var descs []v1.Descriptor
+	present := map[ArtifactKind]bool{}
+	for _, kind := range kindOrder {
+		a, ok := byKind[kind]
+		if !ok {
+			continue
+		}
+		layer, err := newFileLayer(dir, a)
+		if err != nil {
+			return nil, err
+		}
+		present[kind] = true
+		img.layers[layer.digest] = layer
+		descs = append(descs, v1.Descriptor{
+			MediaType: layer.mediaType,
+			Size:      layer.size,
+			Digest:    layer.digest,
+			Annotations: map[string]string{
+				AnnotationTitle:        filepath.Base(a.Path),
+				AnnotationArtifactBoot: string(kindBoot[kind]),
+			},
+		})
+	}
+	if len(descs) == 0 {
+		return nil, fmt.Errorf("build manifest in %s lists no artifacts", dir)
+	}
+	bmLayer := static.NewLayer(rawBuildManifest, MediaTypeManifestJSON)
+	bmDigest, _ := bmLayer.Digest()
+	img.layers[bmDigest] = bmLayer
+	descs = append(descs, v1.Descriptor{
+		MediaType:   MediaTypeManifestJSON,
+		Size:        int64(len(rawBuildManifest)),
+		Digest:      bmDigest,
+		Annotations: map[string]string{AnnotationTitle: ManifestFile},
+	})
+
+	methods, def, modes := DeriveBoot(present)
+	if def == "" {
+		return nil, fmt.Errorf("artifacts in %s support no boot method (need uki, kernel+initrd, iso or disk)", dir)
+	}
+	cfg := ImageConfig{
+		CommandLine:    m.Cmdline,
+		BootMethods:    methods,
+		DefaultBoot:    def,
+		InstallModes:   modes,
+		Architecture:   m.Architecture,
+		OSRelease:      m.OSRelease,
+		Recipe:         m.Recipe,
+		Version:        m.Version,
+		ExcludedLayers: m.ExcludedLayers,
+	}
+	if img.rawConfig, err = json.Marshal(cfg); err != nil {
+		return nil, fmt.Errorf("encode image config: %w", err)
+	}
+	cfgDigest, _, err := v1.SHA256(bytes.NewReader(img.rawConfig))
+	if err != nil {
+		return nil, err
+	}
+
+	manifest := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  ArtifactTypeOf(def),
+		Config: v1.Descriptor{
+			MediaType: MediaTypeConfig,
+			Size:      int64(len(img.rawConfig)),
+			Digest:    cfgDigest,
+		},
+		Layers:      descs,
+		Annotations: manifestAnnotations(m, methods, def, modes),
+	}
+	if img.rawManifest, err = json.Marshal(manifest); err != nil {
+		return nil, fmt.Errorf("encode image manifest: %w", err)
+	}
+	return partial.CompressedToImage(img)
+}
+
+func manifestAnnotations(m *BuildManifest, methods []BootMethod, def BootMethod, modes []InstallMode) map[string]string {
+	ann := map[string]string{
+		AnnotationBootMethods:  joinStrings(methods),
+		AnnotationBootDefault:  string(def),
+		AnnotationInstallModes: joinStrings(modes),
+		AnnotationArchitecture: m.Architecture,
+		AnnotationCreated:      time.Unix(m.SourceDateEpoch, 0).UTC().Format(time.RFC3339),
+	}
+	set := func(k, v string) {
+		if v != "" {
+			ann[k] = v
+		}
+	}
+	set(AnnotationCmdline, m.Cmdline)
+	set(AnnotationRecipe, m.Recipe)
+	set(AnnotationRecipeVersion, m.Version)
+	set(AnnotationExcludedLayers, strings.Join(m.ExcludedLayers, ","))
+	for k, v := range m.OSRelease {
+		switch lk := strings.ToLower(k); lk {
+		case "id", "version_id", "version_codename", "pretty_name":
+			set(AnnotationOSReleasePrefix+lk, v)
+		}
+	}
+	return ann
+}
+
+func joinStrings[S ~string](xs []S) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = string(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// NewIndex wraps per-architecture images in an image index, each entry with
+// platform linux/<arch> and the image's artifactType. The index is what gets
+// tagged. Entries are sorted by architecture so the index is reproducible.
+func NewIndex(images ...v1.Image) (v1.ImageIndex, error) {
+	type entry struct {
+		arch string
+		add  mutate.IndexAddendum
+	}
+	var entries []entry
+	seen := map[string]bool{}
+	for _, img := range images {
+		mf, err := img.Manifest()
+		if err != nil {
+			return nil, fmt.Errorf("read image manifest: %w", err)
+		}
+		arch := mf.Annotations[AnnotationArchitecture]
+		if arch == "" {
+			return nil, errors.New("image has no architecture annotation")
+		}
+		if seen[arch] {
+			return nil, fmt.Errorf("two images for architecture %s", arch)
+		}
+		seen[arch] = true
+		entries = append(entries, entry{arch, mutate.IndexAddendum{
+			Add: img,
+			Descriptor: v1.Descriptor{
+				Platform:     &v1.Platform{OS: "linux", Architecture: arch},
+				ArtifactType: mf.ArtifactType,
+			},
+		}})
+	}
+	if len(entries) == 0 {
+		return nil, errors.New("no images for the index")
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].arch < entries[j].arch })
+	adds := make([]mutate.IndexAddendum, len(entries))
+	for i, e := range entries {
+		adds[i] = e.add
+	}
+	return mutate.AppendManifests(empty.Index, adds...), nil
+}
+
+// NewIndexFromDirs builds the image of each output directory and wraps them
+// in one index.
+func NewIndexFromDirs(dirs ...string) (v1.ImageIndex, error) {
+	var images []v1.Image
+	for _, dir := range dirs {
+		img, err := NewImage(dir, nil)
+		if err != nil {
+			return nil, fmt.Errorf("image of %s: %w", dir, err)
+		}
+		images = append(images, img)
+	}
+	return NewIndex(images...)
+}
+
+// artifactImage implements partial.CompressedImageCore over precomputed
+// manifest and config bytes; layers stream from files.
+type artifactImage struct {
+	rawManifest []byte
+	rawConfig   []byte
+	layers      map[v1.Hash]partial.CompressedLayer
+}
+
+func (i *artifactImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (i *artifactImage) RawConfigFile() ([]byte, error)      { return i.rawConfig, nil }
+func (i *artifactImage) RawManifest() ([]byte, error)        { return i.rawManifest, nil }
+
+func (i *artifactImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if l, ok := i.layers[h]; ok {
+		return l, nil
+	}
+	cfgDigest, _, err := v1.SHA256(bytes.NewReader(i.rawConfig))
+	if err == nil && h == cfgDigest {
+		return static.NewLayer(i.rawConfig, MediaTypeConfig), nil
+	}
+	return nil, fmt.Errorf("image has no blob %s", h)
+}
+
+// fileLayer is an uncompressed layer whose bytes are one artifact file.
+type fileLayer struct {
+	path      string
+	digest    v1.Hash
+	size      int64
+	mediaType types.MediaType
+}
+
+func newFileLayer(dir string, a Artifact) (*fileLayer, error) {
+	if a.Path == "" || filepath.IsAbs(a.Path) || !filepath.IsLocal(a.Path) {
+		return nil, fmt.Errorf("artifact %s: path %q is not inside the output directory", a.Kind, a.Path)
+	}
+	p := filepath.Join(dir, a.Path)
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", a.Kind, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("artifact %s: %s is not a regular file", a.Kind, p)
+	}
+	if st.Size() != a.Size {
+		return nil, fmt.Errorf("artifact %s: %s has %d bytes, manifest.json says %d", a.Kind, p, st.Size(), a.Size)
+	}
+	sum, err := hex.DecodeString(a.SHA256)
+	if err != nil || len(sum) != sha256.Size {
+		return nil, fmt.Errorf("artifact %s: sha256 %q in manifest.json is not 64 hex digits", a.Kind, a.SHA256)
+	}
+	return &fileLayer{
+		path:      p,
+		digest:    v1.Hash{Algorithm: "sha256", Hex: strings.ToLower(a.SHA256)},
+		size:      a.Size,
+		mediaType: types.MediaType(kindMediaTypes[a.Kind]),
+	}, nil
+}
+
+func (l *fileLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
+func (l *fileLayer) DiffID() (v1.Hash, error)            { return l.digest, nil }
+func (l *fileLayer) Size() (int64, error)                { return l.size, nil }
+func (l *fileLayer) MediaType() (types.MediaType, error) { return l.mediaType, nil }
+func (l *fileLayer) Uncompressed() (io.ReadCloser, error) {
+	return l.Compressed()
+}
+
+// Compressed opens the file; the reader fails at EOF if the bytes read do not
+// match the recorded size and digest.
+func (l *fileLayer) Compressed() (io.ReadCloser, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return nil, fmt.Errorf("open artifact: %w", err)
+	}
+	return NewVerifyingReader(f, l.path, l.digest, l.size), nil
+}
+
+// NewVerifyingReader wraps rc so that reading it to EOF fails with
+// ErrDigestMismatch unless exactly size bytes hashing to want were read.
+// name says in the error which content failed.
+func NewVerifyingReader(rc io.ReadCloser, name string, want v1.Hash, size int64) io.ReadCloser {
+	return &verifyingReader{rc: rc, name: name, want: want, size: size, h: sha256.New()}
+}
+
+type verifyingReader struct {
+	rc   io.ReadCloser
+	name string
+	want v1.Hash
+	size int64
+	n    int64
+	h    hash.Hash
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	n, err := v.rc.Read(p)
+	v.h.Write(p[:n])
+	v.n += int64(n)
+	if v.n > v.size {
+		return n, fmt.Errorf("%s: %w: more than the %d bytes recorded", v.name, ErrDigestMismatch, v.size)
+	}
+	if err == io.EOF {
+		got := hex.EncodeToString(v.h.Sum(nil))
+		if v.n != v.size || got != v.want.Hex {
+			return n, fmt.Errorf("%s: %w: expected %s (%d bytes), content is sha256:%s (%d bytes)",
+				v.name, ErrDigestMismatch, v.want, v.size, got, v.n)
+		}
+	}
+	return n, err
+}
+
+func (v *verifyingReader) Close() error { return v.rc.Close() }

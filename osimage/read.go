@@ -1,0 +1,261 @@
+package osimage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// BootIdentity is what a boot driver needs to know about one image manifest
+// (one architecture): how it can boot and which layers each method uses.
+type BootIdentity struct {
+	Methods      []BootMethod
+	Default      BootMethod
+	InstallModes []InstallMode
+	Architecture string
+	Cmdline      string
+	Recipe       string
+	Version      string
+	ArtifactType string
+	// Created is the org.opencontainers.image.created annotation (RFC 3339).
+	Created string
+
+	artifacts map[ArtifactKind]v1.Descriptor
+}
+
+// ReadIdentity reads the boot identity of an image manifest. Images without
+// our annotations (e.g. older ones made for boot-operator) still work: the
+// methods are then derived from the layer media types, and the command line
+// comes from the config's commandLine.
+func ReadIdentity(img v1.Image) (*BootIdentity, error) {
+	mf, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("read image manifest: %w", err)
+	}
+	id := &BootIdentity{
+		artifacts:    map[ArtifactKind]v1.Descriptor{},
+		Architecture: mf.Annotations[AnnotationArchitecture],
+		Cmdline:      mf.Annotations[AnnotationCmdline],
+		Recipe:       mf.Annotations[AnnotationRecipe],
+		Version:      mf.Annotations[AnnotationRecipeVersion],
+		Created:      mf.Annotations[AnnotationCreated],
+		ArtifactType: mf.ArtifactType,
+	}
+	present := map[ArtifactKind]bool{}
+	for _, l := range mf.Layers {
+		kind, ok := KindOf(string(l.MediaType))
+		if !ok {
+			continue
+		}
+		if _, dup := id.artifacts[kind]; !dup {
+			id.artifacts[kind] = l
+			present[kind] = true
+		}
+	}
+
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read image config: %w", err)
+	}
+	var cfg ImageConfig
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			return nil, fmt.Errorf("parse image config: %w", err)
+		}
+	}
+	if cfg.CommandLine != "" {
+		id.Cmdline = cfg.CommandLine
+	}
+	if id.Architecture == "" {
+		id.Architecture = cfg.Architecture
+	}
+
+	derived, derivedDefault, derivedModes := DeriveBoot(present)
+	if s := mf.Annotations[AnnotationBootMethods]; s != "" {
+		for _, m := range strings.Split(s, ",") {
+			id.Methods = append(id.Methods, BootMethod(strings.TrimSpace(m)))
+		}
+	} else {
+		id.Methods = derived
+	}
+	id.Default = BootMethod(mf.Annotations[AnnotationBootDefault])
+	if id.Default == "" {
+		id.Default = derivedDefault
+	}
+	if s := mf.Annotations[AnnotationInstallModes]; s != "" {
+		for _, m := range strings.Split(s, ",") {
+			id.InstallModes = append(id.InstallModes, InstallMode(strings.TrimSpace(m)))
+		}
+	} else {
+		id.InstallModes = derivedModes
+	}
+	return id, nil
+}
+
+// Artifact returns the layer descriptor of an artifact kind.
+func (b *BootIdentity) Artifact(kind ArtifactKind) (v1.Descriptor, bool) {
+	d, ok := b.artifacts[kind]
+	return d, ok
+}
+
+// Kinds lists the artifact kinds the image has, sorted.
+func (b *BootIdentity) Kinds() []ArtifactKind {
+	var ks []ArtifactKind
+	for k := range b.artifacts {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
+	return ks
+}
+
+// Supports says whether the image can boot with method m; the error names
+// what is missing and what the image has instead.
+func (b *BootIdentity) Supports(m BootMethod) error {
+	needs, known := methodNeeds[m]
+	if !known {
+		return fmt.Errorf("unknown boot method %q (known: uefi-http, pxe, virtual-media, disk)", m)
+	}
+	var missing []string
+	for _, k := range needs {
+		if _, ok := b.artifacts[k]; !ok {
+			missing = append(missing, string(k))
+		}
+	}
+	if len(missing) > 0 {
+		var need []string
+		for _, k := range needs {
+			need = append(need, string(k))
+		}
+		have := strings.ReplaceAll(joinStrings(b.Kinds()), ",", ", ")
+		if have == "" {
+			have = "no boot artifacts"
+		}
+		return fmt.Errorf("image offers no %s for %s: it has %s", strings.Join(need, "+"), m, have)
+	}
+	for _, declared := range b.Methods {
+		if declared == m {
+			return nil
+		}
+	}
+	return fmt.Errorf("image has the artifacts for %s but does not declare it (declares %s)", m, strings.ReplaceAll(joinStrings(b.Methods), ",", ", "))
+}
+
+// ArtifactsFor returns the layer descriptors boot method m uses: the required
+// ones plus, for pxe, the root squashfs and cmdline layers when present.
+func (b *BootIdentity) ArtifactsFor(m BootMethod) (map[ArtifactKind]v1.Descriptor, error) {
+	if err := b.Supports(m); err != nil {
+		return nil, err
+	}
+	out := map[ArtifactKind]v1.Descriptor{}
+	for _, k := range methodNeeds[m] {
+		out[k] = b.artifacts[k]
+	}
+	if m == BootPXE {
+		for _, k := range []ArtifactKind{KindRootfs, KindCmdline} {
+			if d, ok := b.artifacts[k]; ok {
+				out[k] = d
+			}
+		}
+	}
+	return out, nil
+}
+
+// BootOperatorView is what IronCore boot-operator resolves from an image:
+// each field is nil when boot-operator would not find that layer.
+type BootOperatorView struct {
+	Manifest    v1.Descriptor
+	Kernel      *v1.Descriptor
+	Initrd      *v1.Descriptor
+	Squashfs    *v1.Descriptor
+	UKI         *v1.Descriptor
+	ISO         *v1.Descriptor
+	CommandLine string
+}
+
+// PXEReady fails where boot-operator's PXE controller fails: it needs all of
+// kernel, initramfs and squashfs.
+func (v *BootOperatorView) PXEReady() error {
+	if v.Kernel == nil || v.Initrd == nil || v.Squashfs == nil {
+		return errors.New("boot-operator would not find all of kernel, initramfs and squashfs layers")
+	}
+	return nil
+}
+
+// HTTPReady fails where boot-operator's HTTP boot controller fails.
+func (v *BootOperatorView) HTTPReady() error {
+	if v.UKI == nil {
+		return errors.New("boot-operator would not find a UKI layer")
+	}
+	return nil
+}
+
+// ResolveLikeBootOperator resolves an index the way IronCore boot-operator
+// does, as an independent check that our images stay consumable by it:
+// the first index entry whose platform.architecture equals arch (no OS or
+// variant match, entries without platform skipped), then layers purely by
+// media type. Its PXE path keeps the last kernel/initramfs/squashfs layer it
+// sees, its UKI path the first UKI layer; its virtual-media path takes the
+// first layer that has the ISO media type or a title ending in ".iso" (and a
+// lone layer as a fallback). The command line is the config's commandLine.
+func ResolveLikeBootOperator(idx v1.ImageIndex, arch string) (*BootOperatorView, error) {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	var target *v1.Descriptor
+	for i := range im.Manifests {
+		if p := im.Manifests[i].Platform; p != nil && p.Architecture == arch {
+			target = &im.Manifests[i]
+			break
+		}
+	}
+	if target == nil {
+		return nil, fmt.Errorf("failed to find target manifest with architecture %s", arch)
+	}
+	img, err := idx.Image(target.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("fetch nested manifest: %w", err)
+	}
+	mf, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("parse nested manifest: %w", err)
+	}
+	view := &BootOperatorView{Manifest: *target}
+	for i := range mf.Layers {
+		l := &mf.Layers[i]
+		switch string(l.MediaType) {
+		case MediaTypeKernel:
+			view.Kernel = l
+		case MediaTypeInitramfs:
+			view.Initrd = l
+		case MediaTypeSquashfs:
+			view.Squashfs = l
+		case MediaTypeUKI:
+			if view.UKI == nil {
+				view.UKI = l
+			}
+		}
+		if view.ISO == nil && (string(l.MediaType) == MediaTypeISO || strings.HasSuffix(l.Annotations[AnnotationTitle], ".iso")) {
+			view.ISO = l
+		}
+	}
+	if view.ISO == nil && len(mf.Layers) == 1 {
+		view.ISO = &mf.Layers[0]
+	}
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var cfg struct {
+		CommandLine string `json:"commandLine"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	view.CommandLine = cfg.CommandLine
+	return view, nil
+}
