@@ -88,7 +88,13 @@ func (i *initProcess) loadModules(file string) error {
 			continue
 		}
 		if err := loadModule(p); err != nil {
-			i.logf("WARNING: %v", err)
+			// ENODEV: the module is for hardware or CPU features this
+			// machine lacks (crc32c-intel without SSE4.2); expected.
+			if errors.Is(err, unix.ENODEV) {
+				i.debugf("skipped: %v", err)
+			} else {
+				i.logf("WARNING: %v", err)
+			}
 			continue
 		}
 		n++

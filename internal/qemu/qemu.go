@@ -254,7 +254,34 @@ func (vm *VM) pump(r io.Reader) {
 	close(vm.done)
 }
 
-// Console returns everything the VM printed so far.
+// StripANSI removes terminal escape sequences (CSI "ESC [ ... final" and
+// two-byte "ESC x") from s.
+func StripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != 0x1b {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+				j++
+			}
+			i = j // skip the final byte too
+			continue
+		}
+		i++ // ESC plus one byte
+	}
+	return b.String()
+}
+
+// Console returns everything the VM printed so far, escape sequences
+// included.
 func (vm *VM) Console() string {
 	vm.mu.Lock()
 	defer vm.mu.Unlock()
@@ -284,14 +311,15 @@ var ErrFailureMarker = errors.New("failure marker on console")
 var ErrExited = errors.New("qemu exited")
 
 // WaitFor waits until the console shows any of want and returns the one
-// that appeared first. It fails as soon as a failure marker appears before
+// that appeared first. Terminal escape sequences (systemd's colours) are
+// removed before matching. It fails as soon as a failure marker appears before
 // it, QEMU exits, or ctx ends; the error carries the console's tail. The
 // whole console is searched each time, so a marker seen earlier fails every
 // later WaitFor too.
 func (vm *VM) WaitFor(ctx context.Context, want ...string) (string, error) {
 	for {
 		vm.mu.Lock()
-		out := vm.console.String()
+		out := StripANSI(vm.console.String())
 		changed, exited, waitErr := vm.changed, vm.exited, vm.waitErr
 		vm.mu.Unlock()
 
@@ -320,7 +348,7 @@ func (vm *VM) restOfLine(ctx context.Context, at int) string {
 	deadline := time.After(3 * time.Second)
 	for {
 		vm.mu.Lock()
-		out, changed, exited := vm.console.String(), vm.changed, vm.exited
+		out, changed, exited := StripANSI(vm.console.String()), vm.changed, vm.exited
 		vm.mu.Unlock()
 		if strings.Contains(out[at:], "\n") || exited {
 			return out

@@ -109,3 +109,17 @@ func TestOVMFShellIsFailure(t *testing.T) {
 		t.Errorf("WaitFor after exit = %v, want ErrExited", err)
 	}
 }
+
+func TestStripANSI(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"[\x1b[0;32m  OK  \x1b[0m] Reached target \x1b[0;1;39mmulti-user.target\x1b[0m - Multi-User System.": "[  OK  ] Reached target multi-user.target - Multi-User System.",
+		"\x1bcreset":                "reset",
+		"cut \x1b[0;3":              "cut ",
+		"\x1b[2J\x1b[01;01HShell> ": "Shell> ",
+	} {
+		if got := StripANSI(in); got != want {
+			t.Errorf("StripANSI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

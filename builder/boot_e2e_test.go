@@ -1,0 +1,66 @@
+package builder
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/qemu"
+)
+
+// testOutput is the test recipe's output directory, built by `make
+// test-image` before `go test` and named by $OSB_TEST_OUTPUT.
+func testOutput(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("OSB_TEST_OUTPUT")
+	if dir == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("OSB_TEST_OUTPUT unset: run tests through `make test`")
+		}
+		t.Skip("OSB_TEST_OUTPUT unset: run `make test-image` and set it")
+	}
+	return dir
+}
+
+// TestBootLiveKernelInitrd boots the test recipe's kernel + initrd in QEMU
+// with OVMF: the init must mount the root image under an overlay and hand
+// over to systemd, which must reach multi-user with the layer's file, unit
+// and user in place.
+func TestBootLiveKernelInitrd(t *testing.T) {
+	out := testOutput(t)
+	requireTools(t, "qemu-system-x86_64")
+	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	vm, err := qemu.Start(ctx, qemu.Config{
+		Kernel:   filepath.Join(out, "vmlinuz"),
+		Initrd:   filepath.Join(out, "initrd.img"),
+		Append:   strings.TrimSpace(string(cmdline)),
+		UEFI:     true,
+		MemoryMB: 1536,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Stop()
+	for _, want := range []string{
+		"osb-init:",                        // our init ran
+		"os-builder: hello from layer",     // the layer's enabled unit ran
+		"hello.txt from layer test-hello",  // the layer's file is in place
+		"uid=",                             // id osb-test: the user exists
+		"Reached target multi-user.target", // systemd got to multi-user
+	} {
+		if _, err := vm.WaitFor(ctx, want); err != nil {
+			t.Fatalf("waiting for %q: %v\n%s", want, err, vm.Tail(60))
+		}
+	}
+	if strings.Contains(vm.Console(), "FAILED") {
+		t.Errorf("a unit failed:\n%s", vm.Tail(80))
+	}
+}
