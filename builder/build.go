@@ -22,6 +22,7 @@ import (
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // DefaultSourceDateEpoch is used when SOURCE_DATE_EPOCH is unset, so that
@@ -40,6 +41,8 @@ type Options struct {
 	Verbose bool
 	// Progress receives progress lines; nil for silence.
 	Progress io.Writer
+	// SignKey and SignCert (PEM paths) sign the UKIs for Secure Boot.
+	SignKey, SignCert string
 	// SourceDateEpoch fixes every timestamp; 0 means $SOURCE_DATE_EPOCH or
 	// DefaultSourceDateEpoch.
 	SourceDateEpoch int64
@@ -141,7 +144,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
+	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch, withRoot: true})
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +155,19 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		epoch:     b.epoch,
 		name:      b.r.Name,
 		version:   b.r.Version,
+		arch:      b.r.Base.Architecture,
+	}
+	if outputs["disk"] {
+		diskDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
+		if err != nil {
+			return nil, err
+		}
+		art.diskInitrd = filepath.Join(diskDir, initrdFile)
+	}
+	if b.opts.SignKey != "" || b.opts.SignCert != "" {
+		if art.signer, art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
+			return nil, fmt.Errorf("secure boot key: %w", err)
+		}
 	}
 	return b.publish(ctx, outputs, art, bootDir)
 }

@@ -51,14 +51,26 @@ type initrdStep struct {
 	init      string
 	modules   []string
 	epoch     int64
+	// withRoot puts the root image inside (memory boots); without it the
+	// init finds the root on a partition (disk boots).
+	withRoot bool
 }
 
-func (s *initrdStep) Name() string { return "initrd" }
+func (s *initrdStep) Name() string {
+	if s.withRoot {
+		return "initrd"
+	}
+	return "initrd-disk"
+}
 
 func (s *initrdStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", initrdVersion)
-	for name, p := range map[string]string{"init": s.init, "root-image": filepath.Join(s.assembled, rootImage)} {
+	files := map[string]string{"init": s.init}
+	if s.withRoot {
+		files["root-image"] = filepath.Join(s.assembled, rootImage)
+	}
+	for name, p := range files {
 		d, err := digestFile(p)
 		if err != nil {
 			return nil, err
@@ -80,12 +92,16 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
+	root := ""
+	if s.withRoot {
+		root = filepath.Join(s.assembled, rootImage)
+	}
 	return initrd.Assemble(initrd.AssembleOptions{
 		InitBinary:      s.init,
 		RootFS:          filepath.Join(s.assembled, modulesDir),
 		KernelRelease:   kver,
 		Modules:         s.modules,
-		RootImage:       filepath.Join(s.assembled, rootImage),
+		RootImage:       root,
 		SourceDateEpoch: s.epoch,
 		Output:          filepath.Join(out, initrdFile),
 	})

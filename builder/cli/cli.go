@@ -128,6 +128,8 @@ swaps the finished output directory into place in one rename.`,
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&asJSON, "json", false, "print the build manifest as JSON")
+	f.StringVar(&opts.SignKey, "sign-key", "", "PEM private key to sign UKIs for Secure Boot (see 'builder genkey')")
+	f.StringVar(&opts.SignCert, "sign-cert", "", "PEM certificate for --sign-key")
 	return c
 }
 

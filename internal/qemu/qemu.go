@@ -74,6 +74,9 @@ type NetConfig struct {
 	TFTPDir string
 	// ROMFile is the NIC option ROM, e.g. /usr/lib/ipxe/qemu/efi-virtio.rom.
 	ROMFile string
+	// NoROM loads no option ROM on the NIC, so OVMF's own network stack
+	// (native UEFI HTTP boot) drives it instead of iPXE.
+	NoROM bool
 	// HostForwards are slirp hostfwd rules, e.g. "tcp::2222-:22".
 	HostForwards []string
 	// HTTPBootOnly disables OVMF's PXE boot options (IPv4 and IPv6), so
@@ -145,20 +148,25 @@ func (cfg *Config) Args(varsFile string) []string {
 	if cfg.Net == nil {
 		args = append(args, "-nic", "none")
 	} else {
-		nic := "user,model=virtio-net-pci"
+		// -netdev/-device rather than -nic: only -device takes romfile.
+		netdev := "user,id=n0"
 		if cfg.Net.TFTPDir != "" {
-			nic += ",tftp=" + cfg.Net.TFTPDir
+			netdev += ",tftp=" + cfg.Net.TFTPDir
 		}
 		if cfg.Net.BootFile != "" {
-			nic += ",bootfile=" + cfg.Net.BootFile
-		}
-		if cfg.Net.ROMFile != "" {
-			nic += ",romfile=" + cfg.Net.ROMFile
+			netdev += ",bootfile=" + cfg.Net.BootFile
 		}
 		for _, f := range cfg.Net.HostForwards {
-			nic += ",hostfwd=" + f
+			netdev += ",hostfwd=" + f
 		}
-		args = append(args, "-nic", nic)
+		dev := "virtio-net-pci,netdev=n0"
+		switch {
+		case cfg.Net.NoROM:
+			dev += ",romfile="
+		case cfg.Net.ROMFile != "":
+			dev += ",romfile=" + cfg.Net.ROMFile
+		}
+		args = append(args, "-netdev", netdev, "-device", dev)
 		if cfg.Net.HTTPBootOnly {
 			args = append(args,
 				"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",

@@ -42,7 +42,7 @@ func TestArgs(t *testing.T) {
 		"-kernel /k -initrd /i -append console=ttyS0",
 		"if=virtio,format=raw,index=0,file=/d0", "if=virtio,format=raw,index=1,file=/d1",
 		"media=cdrom,readonly=on,format=raw,file=/c.iso",
-		"-nic user,model=virtio-net-pci,tftp=/tftp,bootfile=http://10.0.2.2/uki.efi,romfile=/usr/lib/ipxe/qemu/efi-virtio.rom,hostfwd=tcp::2222-:22",
+		"-netdev user,id=n0,tftp=/tftp,bootfile=http://10.0.2.2/uki.efi,hostfwd=tcp::2222-:22 -device virtio-net-pci,netdev=n0,romfile=/usr/lib/ipxe/qemu/efi-virtio.rom",
 		"name=opt/org.tianocore/IPv4PXESupport,string=n", "name=opt/org.tianocore/IPv6PXESupport,string=n",
 		"-cpu max",
 	} {

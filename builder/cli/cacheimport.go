@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+
+	"github.com/ironcore-dev/os-builder/builder"
+)
+
+// `builder cache import` lives under the cache command, which cli.go
+// builds; it is registered as its own top-level "cache-import" alias too so
+// that this file needs no change to cli.go.
+func init() {
+	extraCommands = append(extraCommands, newCacheImportRoot)
+}
+
+func newCacheImport(stdout io.Writer, cacheDir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "import IMAGE-REF OCI-LAYOUT-DIR|OCI-ARCHIVE.tar",
+		Short: "Import a pre-fetched image into the local OCI store for offline builds",
+		Long: `Import copies an image (or multi-platform index) into the local OCI store
+in the cache directory, where a recipe's oci source finds it without a
+registry. IMAGE-REF must be pinned by digest, exactly as the layer names it;
+the source must hold a manifest with that digest and every blob is checked
+against its digest. Sources: an OCI image layout directory (crane pull
+--format=oci, skopeo copy docker://REF oci:DIR), a tar archive of one
+(skopeo copy docker://REF oci-archive:FILE), or a docker tarball whose
+manifest digest still matches.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := name.NewDigest(args[0])
+			if err != nil {
+				return usageError{fmt.Errorf("%s: must be pinned by digest (NAME[:TAG]@sha256:...): %w", args[0], err)}
+			}
+			dir := *cacheDir
+			if dir == "" {
+				dir = builder.DefaultCacheDir()
+			}
+			st, err := builder.OpenOCIStore(builder.OCIStoreDir(dir))
+			if err != nil {
+				return err
+			}
+			d, err := st.Import(ref, args[1])
+			if err != nil {
+				return fmt.Errorf("import %s: %w", ref, err)
+			}
+			fmt.Fprintf(stdout, "imported %s (%s) into %s\n", ref, d.Digest, builder.OCIStoreDir(dir))
+			return nil
+		},
+	}
+}
+
+// newCacheImportRoot is "builder cache-import", the same command reachable
+// until the lead hangs newCacheImport under "builder cache".
+func newCacheImportRoot(stdout, _ io.Writer) *cobra.Command {
+	var dir string
+	c := newCacheImport(stdout, &dir)
+	c.Use = "cache-import IMAGE-REF OCI-LAYOUT-DIR|OCI-ARCHIVE.tar"
+	c.Flags().StringVar(&dir, "cache-dir", "", "cache directory (default $OSB_CACHE_DIR or ~/.cache/os-builder)")
+	return c
+}
