@@ -157,12 +157,12 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		version:   b.r.Version,
 		arch:      b.r.Base.Architecture,
 	}
-	if outputs["disk"] {
-		diskDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
+	if outputs["disk"] || outputs["pxe"] {
+		dir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
 		if err != nil {
 			return nil, err
 		}
-		art.diskInitrd = filepath.Join(diskDir, initrdFile)
+		art.noRootInitrd = filepath.Join(dir, initrdFile)
 	}
 	if b.opts.SignKey != "" || b.opts.SignCert != "" {
 		if art.signer, art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {

@@ -60,7 +60,7 @@ func (s *initrdStep) Name() string {
 	if s.withRoot {
 		return "initrd"
 	}
-	return "initrd-disk"
+	return "initrd-noroot"
 }
 
 func (s *initrdStep) Inputs() (cache.Inputs, error) {

@@ -46,7 +46,7 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 type artifactInputs struct {
 	assembled     string // assemble step output (kernel, root image, stub, ...)
 	initrd        string // the live initrd, root image inside
-	diskInitrd    string // the initrd without root image, for disk boots
+	noRootInitrd  string // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
 	name, version string
@@ -67,6 +67,7 @@ func (a *artifactInputs) diskCmdline() string {
 const (
 	fileKernel  = "vmlinuz"
 	fileInitrd  = "initrd.img"
+	fileNoRoot  = "initrd-noroot.img"
 	fileRootfs  = "root.squashfs"
 	fileCmdline = "cmdline"
 	fileUKI     = "uki.efi"
@@ -100,6 +101,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 			{osimage.KindKernel, in.kernel(), fileKernel},
 			{osimage.KindInitrd, in.initrd, fileInitrd},
 			{osimage.KindRootfs, in.rootImage(), fileRootfs},
+			{osimage.KindInitrdNoRoot, in.noRootInitrd, fileNoRoot},
 		} {
 			if err := copyFile(f.src, filepath.Join(dir, f.name), 0o644); err != nil {
 				return nil, fmt.Errorf("pxe: %w", err)
@@ -192,7 +194,7 @@ func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
 func (a *artifactInputs) writeDisk(path string) error {
 	ukiPath := path + ".uki.tmp"
 	defer os.Remove(ukiPath)
-	if err := a.writeUKI(ukiPath, a.diskInitrd, a.diskCmdline()); err != nil {
+	if err := a.writeUKI(ukiPath, a.noRootInitrd, a.diskCmdline()); err != nil {
 		return err
 	}
 	return diskimage.Write(path, diskimage.Options{

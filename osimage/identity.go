@@ -16,6 +16,9 @@ const (
 	MediaTypeRootfs    = "application/vnd.ironcore.image.rootfs"
 	// MediaTypeDisk is a raw GPT disk image (ESP with the UKI + root partition).
 	MediaTypeDisk = "application/vnd.ironcore.image.disk"
+	// MediaTypeInitramfsNoRoot is the initrd without a root image inside
+	// (see KindInitrdNoRoot); boot-operator does not know it and skips it.
+	MediaTypeInitramfsNoRoot = "application/vnd.ironcore.os-builder.initramfs.noroot"
 	// MediaTypeCmdline is the kernel command line as a plain-text layer, so a
 	// PXE consumer need not parse the config.
 	MediaTypeCmdline = "application/vnd.ironcore.image.cmdline"

@@ -49,28 +49,30 @@ type ImageConfig struct {
 
 // kindOrder fixes the layer order in the manifest (and so its digest):
 // the PXE set first, then the other boot artifacts, manifest.json last.
-var kindOrder = []ArtifactKind{KindKernel, KindInitrd, KindRootfs, KindCmdline, KindUKI, KindDisk, KindISO}
+var kindOrder = []ArtifactKind{KindKernel, KindInitrd, KindRootfs, KindCmdline, KindInitrdNoRoot, KindUKI, KindDisk, KindISO}
 
 // kindMediaTypes maps an artifact kind to its layer media type.
 var kindMediaTypes = map[ArtifactKind]string{
-	KindKernel:  MediaTypeKernel,
-	KindInitrd:  MediaTypeInitramfs,
-	KindRootfs:  MediaTypeSquashfs,
-	KindCmdline: MediaTypeCmdline,
-	KindUKI:     MediaTypeUKI,
-	KindDisk:    MediaTypeDisk,
-	KindISO:     MediaTypeISO,
+	KindKernel:       MediaTypeKernel,
+	KindInitrd:       MediaTypeInitramfs,
+	KindRootfs:       MediaTypeSquashfs,
+	KindCmdline:      MediaTypeCmdline,
+	KindInitrdNoRoot: MediaTypeInitramfsNoRoot,
+	KindUKI:          MediaTypeUKI,
+	KindDisk:         MediaTypeDisk,
+	KindISO:          MediaTypeISO,
 }
 
 // kindBoot is the boot method each artifact serves (layer annotation).
 var kindBoot = map[ArtifactKind]BootMethod{
-	KindKernel:  BootPXE,
-	KindInitrd:  BootPXE,
-	KindRootfs:  BootPXE,
-	KindCmdline: BootPXE,
-	KindUKI:     BootUEFIHTTP,
-	KindDisk:    BootDisk,
-	KindISO:     BootVirtualMedia,
+	KindKernel:       BootPXE,
+	KindInitrd:       BootPXE,
+	KindRootfs:       BootPXE,
+	KindCmdline:      BootPXE,
+	KindInitrdNoRoot: BootPXE,
+	KindUKI:          BootUEFIHTTP,
+	KindDisk:         BootDisk,
+	KindISO:          BootVirtualMedia,
 }
 
 // MediaTypeOf returns the layer media type of an artifact kind.

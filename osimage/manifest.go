@@ -7,13 +7,17 @@ const ManifestFile = "manifest.json"
 type ArtifactKind string
 
 const (
-	KindKernel  ArtifactKind = "kernel"  // vmlinuz
-	KindInitrd  ArtifactKind = "initrd"  // initrd.img (zstd newc cpio, root image inside)
-	KindRootfs  ArtifactKind = "rootfs"  // root.squashfs, the read-only root on its own
-	KindCmdline ArtifactKind = "cmdline" // cmdline, plain text
-	KindUKI     ArtifactKind = "uki"     // uki.efi
-	KindDisk    ArtifactKind = "disk"    // disk.raw, GPT
-	KindISO     ArtifactKind = "iso"     // image.iso, El Torito EFI
+	KindKernel ArtifactKind = "kernel" // vmlinuz
+	KindInitrd ArtifactKind = "initrd" // initrd.img (zstd newc cpio, root image inside)
+	KindRootfs ArtifactKind = "rootfs" // root.squashfs, the read-only root on its own
+	// KindInitrdNoRoot is initrd-noroot.img: the same init and modules with
+	// no root image inside, for boots that take the root from a partition
+	// or a URL (osb.root=...) and for network installs.
+	KindInitrdNoRoot ArtifactKind = "initrd-noroot"
+	KindCmdline      ArtifactKind = "cmdline" // cmdline, plain text
+	KindUKI          ArtifactKind = "uki"     // uki.efi
+	KindDisk         ArtifactKind = "disk"    // disk.raw, GPT
+	KindISO          ArtifactKind = "iso"     // image.iso, El Torito EFI
 )
 
 // BuildManifest is manifest.json: what a build produced and from what. The
