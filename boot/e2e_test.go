@@ -198,11 +198,11 @@ func (r *rig) plan(method osimage.BootMethod, policy boot.Policy) *boot.Plan {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	id, err := boot.ReadIdentity(img, r.img.Ref.String())
+	id, err := osimage.ReadIdentity(img)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	p, err := boot.Resolve(id, boot.Request{Method: method, Policy: policy, ArtifactBaseURL: r.artURL})
+	p, err := boot.Resolve(id, boot.Request{Image: r.img.Ref.String(), Method: method, Policy: policy, ArtifactBaseURL: r.artURL})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -388,12 +388,12 @@ func TestMismatchRefusedBeforeBMCCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := boot.ReadIdentity(rimg, img.Ref.String())
+	id, err := osimage.ReadIdentity(rimg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = boot.Resolve(id, boot.Request{Method: osimage.BootPXE, ArtifactBaseURL: r.artURL})
-	if !errors.Is(err, boot.ErrPlan) || !strings.Contains(err.Error(), "image offers no kernel+initrd for pxe: it has uki, disk") {
+	_, err = boot.Resolve(id, boot.Request{Image: img.Ref.String(), Method: osimage.BootPXE, ArtifactBaseURL: r.artURL})
+	if !errors.Is(err, boot.ErrPlan) || !strings.Contains(err.Error(), "image offers no kernel+initrd for pxe: it has disk, uki") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := r.emu.Requests(); n != 0 {
@@ -531,8 +531,8 @@ func TestAdvertiseDiffersFromListen(t *testing.T) {
 	go func() { _ = srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
 	addr := <-addrc
 	rimg, _ := remote.Image(img.Ref)
-	id, _ := boot.ReadIdentity(rimg, img.Ref.String())
-	p, err := boot.Resolve(id, boot.Request{ArtifactBaseURL: srv.AdvertiseURL()})
+	id, _ := osimage.ReadIdentity(rimg)
+	p, err := boot.Resolve(id, boot.Request{Image: img.Ref.String(), ArtifactBaseURL: srv.AdvertiseURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

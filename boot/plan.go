@@ -51,6 +51,9 @@ const (
 
 // Request is what the caller asks for.
 type Request struct {
+	// Image names the image in the plan and in messages
+	// (e.g. registry/repo@sha256:...).
+	Image string `json:"image,omitempty"`
 	// Method forces a boot method; empty means the image's default.
 	Method osimage.BootMethod `json:"method,omitempty"`
 	// Policy defaults to NetworkBootOnce.
@@ -122,9 +125,10 @@ type Script struct {
 	Content string `json:"content"`
 }
 
-// Resolve builds the plan for booting an image. Every check that needs only
-// the image and the request happens here, before any BMC call.
-func Resolve(id *Identity, req Request) (*Plan, error) {
+// Resolve builds the plan for booting an image from its boot identity (read
+// with osimage.ReadIdentity). Every check that needs only the image and the
+// request happens here, before any BMC call.
+func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	if id == nil {
 		return nil, fmt.Errorf("%w: no image identity", ErrPlan)
 	}
@@ -139,13 +143,19 @@ func Resolve(id *Identity, req Request) (*Plan, error) {
 	if method == "" {
 		method = id.Default
 	}
-	if !slices.Contains(methodPreference, method) {
-		return nil, fmt.Errorf("%w: unknown boot method %q (want uefi-http, pxe, virtual-media or disk)", ErrPlan, method)
+	if method == "" {
+		return nil, fmt.Errorf("%w: image declares no boot method", ErrPlan)
 	}
-	if !slices.Contains(id.Methods, method) || !id.hasArtifactsFor(method) && method != osimage.BootDisk {
-		return nil, fmt.Errorf("%w: image offers no %s for %s: it has %s", ErrPlan, needs(method), method, id.offers())
+	if method == osimage.BootDisk {
+		// Disk boot boots what is installed: it needs nothing from the
+		// image but its consent.
+		if !slices.Contains(id.Methods, osimage.BootDisk) {
+			return nil, fmt.Errorf("%w: image does not declare disk boot (declares %v)", ErrPlan, id.Methods)
+		}
+	} else if err := id.Supports(method); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
-	p := &Plan{Image: id.Reference, Method: method, Policy: policy}
+	p := &Plan{Image: req.Image, Method: method, Policy: policy}
 	if policy == None {
 		// No override, no media, no artifacts: whatever the server boots.
 		p.Steps = []Step{{Kind: StepPower}, {Kind: StepWaitEvidence}}
@@ -201,18 +211,6 @@ func Resolve(id *Identity, req Request) (*Plan, error) {
 	return p, nil
 }
 
-func needs(m osimage.BootMethod) string {
-	switch m {
-	case osimage.BootUEFIHTTP:
-		return "uki"
-	case osimage.BootPXE:
-		return "kernel+initrd"
-	case osimage.BootVirtualMedia:
-		return "iso"
-	}
-	return "disk"
-}
-
 // ArtifactURL is where an artifact server with the given base URL serves a
 // blob: content-addressed, ending in the artifact's file name (so .efi/.iso
 // extensions survive for firmware that looks at them).
@@ -220,8 +218,8 @@ func ArtifactURL(base *url.URL, digest, name string) string {
 	return base.JoinPath("blobs", digest, name).String()
 }
 
-func publish(base *url.URL, id *Identity, kind osimage.ArtifactKind) PublishedArtifact {
-	a, _ := id.Artifact(kind)
+func publish(base *url.URL, id *osimage.BootIdentity, kind osimage.ArtifactKind) PublishedArtifact {
+	a := artifactOf(id, kind)
 	return PublishedArtifact{Artifact: a, URL: ArtifactURL(base, a.Digest, a.Name)}
 }
 

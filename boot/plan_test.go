@@ -11,6 +11,9 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -18,77 +21,56 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func manifest(anns map[string]string, mts ...string) *v1.Manifest {
-	m := &v1.Manifest{Annotations: anns}
-	for i, mt := range mts {
-		m.Layers = append(m.Layers, v1.Descriptor{MediaType: types.MediaType(mt), Size: int64(100 + i),
-			Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat(string(rune('a'+i)), 64)}})
-	}
-	return m
-}
-
-func TestIdentityFromManifest(t *testing.T) {
-	tests := []struct {
-		name        string
-		anns        map[string]string
-		mts         []string
-		wantMethods string
-		wantDefault osimage.BootMethod
-		wantErr     string
-	}{
-		{"inferred from layers", nil, []string{osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeUKI},
-			"uefi-http,pxe", osimage.BootUEFIHTTP, ""},
-		{"annotated default", map[string]string{osimage.AnnotationBootMethods: "pxe, uefi-http", osimage.AnnotationBootDefault: "pxe"},
-			[]string{osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeUKI}, "pxe,uefi-http", osimage.BootPXE, ""},
-		{"iso only", nil, []string{osimage.MediaTypeISO}, "virtual-media", osimage.BootVirtualMedia, ""},
-		{"unknown method", map[string]string{osimage.AnnotationBootMethods: "floppy"}, nil, "", "", "unknown boot method"},
-		{"default not offered", map[string]string{osimage.AnnotationBootMethods: "pxe", osimage.AnnotationBootDefault: "disk"},
-			[]string{osimage.MediaTypeKernel, osimage.MediaTypeInitramfs}, "", "", "not among"},
-		{"nothing bootable", nil, []string{osimage.MediaTypeManifestJSON}, "", "", "no boot method"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			id, err := IdentityFromManifest(manifest(tc.anns, tc.mts...))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ms []string
-			for _, m := range id.Methods {
-				ms = append(ms, string(m))
-			}
-			if got := strings.Join(ms, ","); got != tc.wantMethods || id.Default != tc.wantDefault {
-				t.Errorf("methods %s default %s, want %s %s", got, id.Default, tc.wantMethods, tc.wantDefault)
-			}
-		})
-	}
-}
-
-func fullIdentity(t *testing.T) *Identity {
+// identity reads, through osimage.ReadIdentity, an image with one small
+// layer per media type (titled like the builder's files) and anns.
+func identity(t testing.TB, anns map[string]string, mts ...string) (*osimage.BootIdentity, error) {
 	t.Helper()
-	id, err := IdentityFromManifest(manifest(map[string]string{
+	titles := map[string]string{osimage.MediaTypeUKI: "uki.efi", osimage.MediaTypeKernel: "vmlinuz",
+		osimage.MediaTypeInitramfs: "initrd.img", osimage.MediaTypeISO: "image.iso", osimage.MediaTypeDisk: "disk.raw"}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	for i, mt := range mts {
+		l := static.NewLayer(bytes.Repeat([]byte{byte('a' + i)}, 100+i), types.MediaType(mt))
+		var err error
+		img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.MediaType(mt),
+			Annotations: map[string]string{osimage.AnnotationTitle: titles[mt]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(anns) > 0 {
+		img = mutate.Annotations(img, anns).(v1.Image)
+	}
+	return osimage.ReadIdentity(img)
+}
+
+const testImage = "registry.example/os/node@sha256:1234"
+
+func fullIdentity(t *testing.T) *osimage.BootIdentity {
+	t.Helper()
+	id, err := identity(t, map[string]string{
 		osimage.AnnotationBootMethods: "uefi-http,pxe,virtual-media,disk", osimage.AnnotationBootDefault: "uefi-http",
 		osimage.AnnotationCmdline: "console=ttyS0",
-	}, osimage.MediaTypeUKI, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeISO, osimage.MediaTypeDisk))
+	}, osimage.MediaTypeUKI, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeISO, osimage.MediaTypeDisk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id.Reference = "registry.example/os/node@sha256:1234"
 	return id
 }
 
 func TestResolve(t *testing.T) {
 	id := fullIdentity(t)
-	ukiOnly, _ := IdentityFromManifest(manifest(map[string]string{osimage.AnnotationBootMethods: "uefi-http,disk"},
-		osimage.MediaTypeUKI, osimage.MediaTypeDisk))
+	ukiOnly, err := identity(t, map[string]string{osimage.AnnotationBootMethods: "uefi-http,disk"},
+		osimage.MediaTypeUKI, osimage.MediaTypeDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inferred, err := identity(t, nil, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeUKI)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name      string
-		id        *Identity
+		id        *osimage.BootIdentity
 		req       Request
 		wantSteps string
 		wantErr   string
@@ -103,7 +85,10 @@ func TestResolve(t *testing.T) {
 			"check-capability set-override power-on-or-restart wait-evidence", ""},
 		{"policy none", id, Request{Policy: None}, "power-on-or-restart wait-evidence", ""},
 		{"mismatch", ukiOnly, Request{Method: "pxe", ArtifactBaseURL: "http://art:8080"}, "",
-			"image offers no kernel+initrd for pxe: it has uki, disk"},
+			"image offers no kernel+initrd for pxe: it has disk, uki"},
+		{"disk not declared", inferred, Request{Method: "disk"}, "", "does not declare disk boot"},
+		{"default inferred from layers", inferred, Request{ArtifactBaseURL: "http://art:8080"},
+			"publish-artifacts check-capability set-override power-on-or-restart wait-evidence pin-disk", ""},
 		{"unknown method", id, Request{Method: "floppy"}, "", "unknown boot method"},
 		{"unknown policy", id, Request{Policy: "Sometimes"}, "", "unknown policy"},
 		{"no artifact server", id, Request{}, "", "needs an artifact server URL"},
@@ -111,6 +96,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Image = testImage
 			p, err := Resolve(tc.id, tc.req)
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), tc.wantErr) {
@@ -137,7 +123,7 @@ func TestPlanGolden(t *testing.T) {
 	id := fullIdentity(t)
 	for _, m := range []osimage.BootMethod{osimage.BootUEFIHTTP, osimage.BootPXE, osimage.BootVirtualMedia, osimage.BootDisk} {
 		t.Run(string(m), func(t *testing.T) {
-			p, err := Resolve(id, Request{Method: m, ArtifactBaseURL: "http://10.0.0.5:8080"})
+			p, err := Resolve(id, Request{Image: testImage, Method: m, ArtifactBaseURL: "http://10.0.0.5:8080"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,11 +148,13 @@ func TestPlanGolden(t *testing.T) {
 	}
 }
 
-func FuzzIdentityFromManifest(f *testing.F) {
-	f.Add("uefi-http,pxe", "pxe", osimage.MediaTypeKernel, osimage.MediaTypeInitramfs)
-	f.Add("", "", osimage.MediaTypeUKI, osimage.MediaTypeDisk)
-	f.Add(",,", "disk", "x", "")
-	f.Fuzz(func(t *testing.T, methods, def, mt1, mt2 string) {
+// FuzzResolve feeds arbitrary identity annotations and requests: whatever
+// osimage reads must resolve or fail with ErrPlan, never panic.
+func FuzzResolve(f *testing.F) {
+	f.Add("uefi-http,pxe", "pxe", "pxe", "http://a", osimage.MediaTypeKernel, osimage.MediaTypeInitramfs)
+	f.Add("", "", "", "http://a", osimage.MediaTypeUKI, osimage.MediaTypeDisk)
+	f.Add(",,", "disk", "floppy", "ftp://x", "x", "")
+	f.Fuzz(func(t *testing.T, methods, def, method, base, mt1, mt2 string) {
 		anns := map[string]string{}
 		if methods != "" {
 			anns[osimage.AnnotationBootMethods] = methods
@@ -174,15 +162,19 @@ func FuzzIdentityFromManifest(f *testing.F) {
 		if def != "" {
 			anns[osimage.AnnotationBootDefault] = def
 		}
-		id, err := IdentityFromManifest(manifest(anns, mt1, mt2))
+		id, err := identity(t, anns, mt1, mt2)
 		if err != nil {
 			return
 		}
-		// Whatever parses must resolve or fail with ErrPlan, never panic.
-		for _, m := range id.Methods {
-			if _, err := Resolve(id, Request{Method: m, ArtifactBaseURL: "http://a"}); err != nil && !errors.Is(err, ErrPlan) {
-				t.Fatalf("Resolve(%s): %v", m, err)
+		p, err := Resolve(id, Request{Method: osimage.BootMethod(method), ArtifactBaseURL: base})
+		if err != nil {
+			if !errors.Is(err, ErrPlan) {
+				t.Fatalf("Resolve: %v", err)
 			}
+			return
+		}
+		if len(p.Steps) == 0 {
+			t.Fatal("empty plan")
 		}
 	})
 }

@@ -123,6 +123,10 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// An unreachable image source must fail now, not after the long steps.
+	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
+		return nil, err
+	}
 	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch, log: b.log}
 	bootIn, err := boot.Inputs()
 	if err != nil {
@@ -203,7 +207,7 @@ func (b *build) sources(ctx context.Context) ([]binary, error) {
 			out = append(out, binary{src: s.binaryPath(dir), dest: g.Binary, step: s.Name()})
 		}
 		for _, o := range l.OCI {
-			s := &ociStep{src: o, arch: b.r.Base.Architecture}
+			s := &ociStep{src: o, arch: b.r.Base.Architecture, storeDir: OCIStoreDir(b.opts.CacheDir)}
 			dir, err := b.run.Run(ctx, s)
 			if err != nil {
 				return nil, fmt.Errorf("layer %s: %w", l.Name, err)

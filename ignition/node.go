@@ -142,7 +142,10 @@ func Generate(n Node) ([]byte, error) {
 		if id == "" {
 			id = "libvirt-provider://" + n.Hostname
 		}
-		add(MachinepoolletKubecfg, "0640", p.Kubeconfig)
+		// machinepoollet runs as its own user: it must read its kubeconfig.
+		kc := file(MachinepoolletKubecfg, "0640", p.Kubeconfig)
+		kc.Group.Name = ptr("machinepoollet")
+		c.Storage.Files = append(c.Storage.Files, kc)
 		add(MachinepoolletEnv, "0644", envFile(map[string]string{
 			"MACHINE_POOL_NAME":    p.MachinePoolName,
 			"PROVIDER_ID":          id,
@@ -197,11 +200,40 @@ func Generate(n Node) ([]byte, error) {
 		c.Systemd.Units = append(c.Systemd.Units, u)
 	}
 	sort.Slice(c.Storage.Files, func(i, j int) bool { return c.Storage.Files[i].Path < c.Storage.Files[j].Path })
-	out, err := json.MarshalIndent(c, "", "  ")
+	// types.Config marshals every empty struct ({}); drop them so that the
+	// config reads like a hand-written one.
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	var tree any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return nil, err
+	}
+	out, err := json.MarshalIndent(pruneEmpty(tree), "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	return append(out, '\n'), nil
+}
+
+func pruneEmpty(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			x = pruneEmpty(x)
+			if m, ok := x.(map[string]any); ok && len(m) == 0 {
+				delete(t, k)
+				continue
+			}
+			t[k] = x
+		}
+	case []any:
+		for i := range t {
+			t[i] = pruneEmpty(t[i])
+		}
+	}
+	return v
 }
 
 func file(path, mode, contents string) types.File {

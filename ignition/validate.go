@@ -54,8 +54,10 @@ func Validate(raw []byte) (warnings []string, err error) {
 		return nil, Findings{{Path: "ignition.version", Message: fmt.Sprintf("%s is newer than the image's ignition (2.14) reads: use %s or older", v, SpecVersion)}}
 	}
 	cfg, rpt, perr := v3_3.ParseCompatibleVersion(raw)
-	for _, e := range rpt.Entries {
-		warnings = append(warnings, e.String())
+	if perr == nil {
+		for _, e := range rpt.Entries {
+			warnings = append(warnings, e.String())
+		}
 	}
 	if perr != nil {
 		if errors.Is(perr, ignerrors.ErrUnknownVersion) {

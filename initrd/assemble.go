@@ -114,6 +114,14 @@ type AssembleOptions struct {
 	// RootImage is the host path of the read-only root image to put at
 	// /root.img for memory-mode boots; "" for none.
 	RootImage string
+	// Files are absolute paths inside FilesRoot copied to the same paths in
+	// the initrd; ELF executables bring their interpreter and shared
+	// libraries. The init uses /sbin/mke2fs (to format a new osb-data
+	// partition) and /etc/ssl/certs/ca-certificates.crt (for https) when
+	// present; see docs/cmdline.md.
+	Files []string
+	// FilesRoot is the tree Files come from; "" means RootFS.
+	FilesRoot string
 	// SourceDateEpoch is every entry's mtime.
 	SourceDateEpoch int64
 	// Compression; "" means CompressionZstd.
@@ -220,6 +228,15 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 	}
 	if err := a.AddFile(pid1.ModuleListPath, 0o644, []byte(list.String())); err != nil {
 		return nil, err
+	}
+	if len(opts.Files) > 0 {
+		root := opts.FilesRoot
+		if root == "" {
+			root = opts.RootFS
+		}
+		if err := addFiles(a, root, opts.Files); err != nil {
+			return nil, err
+		}
 	}
 	if opts.RootImage != "" {
 		if err := a.AddHostFile(pid1.RootImagePath, 0o644, opts.RootImage); err != nil {

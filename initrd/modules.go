@@ -18,15 +18,16 @@ var MemoryModeModules = []string{"loop", "squashfs", "overlay"}
 // DefaultModules is what every initrd carries: the memory-mode set plus the
 // block, bus and file system drivers that disk and ISO boots need to find
 // their partitions (virtio for VMs, AHCI/NVMe/SCSI disks and CD-ROMs for
-// servers). virtio_pci is a bus driver that no module depends on, so it must
+// servers), and the NIC drivers (NetworkModules) for fetching the root or
+// the disk image over the network. virtio_pci is a bus driver that no module depends on, so it must
 // be named. crc32c_generic backs ext4's metadata checksums on CPUs without
 // SSE4.2, where crc32c_intel cannot load.
-var DefaultModules = append(append([]string(nil), MemoryModeModules...),
+var DefaultModules = append(append(append([]string(nil), MemoryModeModules...),
 	"virtio_pci", "virtio_blk", "virtio_scsi",
 	"ahci", "nvme", "sd_mod", "sr_mod",
 	"isofs", "ext4", "crc32c_generic",
 	"vfat", "nls_cp437", "nls_ascii", "nls_utf8",
-)
+), NetworkModules...)
 
 // moduleSuffixes are the file endings of kernel modules, compressed or not.
 var moduleSuffixes = []string{".ko.xz", ".ko.zst", ".ko.gz", ".ko"}

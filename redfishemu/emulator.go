@@ -61,6 +61,9 @@ type Options struct {
 	// OnBoot is called, outside the emulator's lock, whenever the system
 	// boots (power on, restart, power cycle).
 	OnBoot func(BootEvent)
+	// OnPowerOff is called, outside the emulator's lock, when the system
+	// powers off (ForceOff, GracefulShutdown) while it was on.
+	OnPowerOff func()
 }
 
 // Emulator is one emulated BMC.
@@ -459,6 +462,7 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	var ev *BootEvent
+	poweredOff := false
 	switch req.ResetType {
 	case "On":
 		if e.power == "Off" {
@@ -466,6 +470,7 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 			ev = &b
 		}
 	case "ForceOff", "GracefulShutdown":
+		poweredOff = e.power == "On"
 		e.power = "Off"
 		e.version++
 	case "ForceRestart", "PowerCycle":
@@ -489,6 +494,9 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 	e.mu.Unlock()
 	if ev != nil {
 		e.fire(*ev)
+	}
+	if poweredOff && e.opts.OnPowerOff != nil {
+		e.opts.OnPowerOff()
 	}
 	if task != "" {
 		w.Header().Set("Location", "/redfish/v1/TaskService/TaskMonitors/"+task)

@@ -176,3 +176,22 @@ func TestUnauthenticated(t *testing.T) {
 		t.Error("wrong password accepted")
 	}
 }
+
+// TestPowerHooks: a lower tier learns of every boot and of power-off, but
+// not of a ForceOff while already off.
+func TestPowerHooks(t *testing.T) {
+	var events []string
+	e := New(Options{
+		OnBoot:     func(ev BootEvent) { events = append(events, "boot "+ev.Target) },
+		OnPowerOff: func() { events = append(events, "off") },
+	})
+	sys := system(t, connect(t, e, false))
+	for _, rt := range []redfish.ResetType{redfish.OnResetType, redfish.ForceRestartResetType, redfish.ForceOffResetType, redfish.ForceOffResetType} {
+		if err := sys.Reset(rt); err != nil {
+			t.Fatalf("%s: %v", rt, err)
+		}
+	}
+	if want := []string{"boot Hdd", "boot Hdd", "off"}; !slices.Equal(events, want) {
+		t.Errorf("events = %q, want %q", events, want)
+	}
+}

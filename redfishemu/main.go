@@ -13,9 +13,18 @@ import (
 	"time"
 )
 
+// Tier is a lower tier of the emulator (e.g. QEMU, redfishemu/qemutier) that
+// the command can switch on: it adds its flags, then attaches itself to the
+// emulator's Options (OnBoot, OnPowerOff) after parsing.
+type Tier interface {
+	Flags(fs *flag.FlagSet)
+	// Attach returns a nil close func when the tier's flags leave it off.
+	Attach(ctx context.Context, o *Options, stderr io.Writer) (close func(), err error)
+}
+
 // Main is the redfish-emulator command: it parses flags into Options and
 // serves one emulated BMC until interrupted. It returns the exit code.
-func Main(ctx context.Context, args []string, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, stderr io.Writer, tiers ...Tier) int {
 	fs := flag.NewFlagSet("redfish-emulator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o Options
@@ -33,6 +42,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.BoolVar(&o.NoUefiHttp, "no-uefi-http", false, "no UefiHttp boot target")
 	fs.BoolVar(&o.NoVirtualMedia, "no-virtual-media", false, "no virtual media")
 	fs.BoolVar(&o.AsyncReset, "async-reset", false, "answer Reset with a task monitor")
+	for _, t := range tiers {
+		t.Flags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -44,9 +56,19 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	o.OnBoot = func(ev BootEvent) {
 		fmt.Fprintf(stderr, "boot: target=%s httpBootUri=%s media=%s\n", ev.Target, ev.HTTPBootURI, ev.MediaImage)
 	}
-	srv := &http.Server{Addr: *addr, Handler: New(o), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	for _, t := range tiers {
+		closeTier, err := t.Attach(ctx, &o, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "redfish-emulator:", err)
+			return 1
+		}
+		if closeTier != nil {
+			defer closeTier()
+		}
+	}
+	srv := &http.Server{Addr: *addr, Handler: New(o), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

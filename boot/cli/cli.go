@@ -164,11 +164,11 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, name.Reference, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: fetching image %s: %w", boot.ErrPlan, ref, err)
 	}
-	id, err := boot.ReadIdentity(img, ref.String())
+	id, err := osimage.ReadIdentity(img)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", boot.ErrPlan, err)
+		return nil, nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, ref, err)
 	}
-	req := boot.Request{Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy)}
+	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy)}
 	if req.Policy != boot.None && req.Method != osimage.BootDisk && (req.Method != "" || id.Default != osimage.BootDisk) {
 		if req.ArtifactBaseURL, err = o.advertiseURL(); err != nil {
 			return nil, nil, err

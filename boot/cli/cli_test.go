@@ -98,7 +98,7 @@ func TestExitCodes(t *testing.T) {
 		{"bad flag", []string{"plan", "--nope"}, ExitUsage, "unknown flag"},
 		{"unknown command", []string{"frobnicate"}, ExitUsage, "unknown command"},
 		{"plan", append([]string{"plan"}, common...), ExitOK, ""},
-		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has uki, disk"},
+		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has disk, uki"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
 		{"status", append([]string{"status", "--bmc", bmc.URL, "--state", state, "--json"}, common...), ExitOK, ""},

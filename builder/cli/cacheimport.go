@@ -10,13 +10,8 @@ import (
 	"github.com/ironcore-dev/os-builder/builder"
 )
 
-// `builder cache import` lives under the cache command, which cli.go
-// builds; it is registered as its own top-level "cache-import" alias too so
-// that this file needs no change to cli.go.
-func init() {
-	extraCommands = append(extraCommands, newCacheImportRoot)
-}
-
+// newCacheImport is `builder cache import`: air-gapped sites (and this
+// project's CI, which reaches no public registry) bring images in by hand.
 func newCacheImport(stdout io.Writer, cacheDir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "import IMAGE-REF OCI-LAYOUT-DIR|OCI-ARCHIVE.tar",
@@ -51,14 +46,4 @@ manifest digest still matches.`,
 			return nil
 		},
 	}
-}
-
-// newCacheImportRoot is "builder cache-import", the same command reachable
-// until the lead hangs newCacheImport under "builder cache".
-func newCacheImportRoot(stdout, _ io.Writer) *cobra.Command {
-	var dir string
-	c := newCacheImport(stdout, &dir)
-	c.Use = "cache-import IMAGE-REF OCI-LAYOUT-DIR|OCI-ARCHIVE.tar"
-	c.Flags().StringVar(&dir, "cache-dir", "", "cache directory (default $OSB_CACHE_DIR or ~/.cache/os-builder)")
-	return c
 }

@@ -214,7 +214,7 @@ func newCache(stdout io.Writer) *cobra.Command {
 		},
 	}
 	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
-	c.AddCommand(ls, prune)
+	c.AddCommand(ls, prune, newCacheImport(stdout, &dir))
 	return c
 }
 

@@ -1,7 +1,12 @@
 // Package pid1 is the initrd's init: PID 1 of the initramfs. In memory mode
-// it attaches the read-only root image to a loop device, lays a tmpfs
-// overlay over it at /sysroot and switches into it, executing /sbin/init.
-// Its kernel command line is defined in docs/cmdline.md.
+// it takes the read-only root image from the initrd, a partition or a URL
+// (network.go, dhcp.go, fetch.go: DHCP and a verified download into RAM),
+// attaches it to a loop device, lays a tmpfs overlay over it at /sysroot,
+// binds the persisted paths from the data partition over it (persist.go)
+// and switches into it, executing /sbin/init. In install mode (install.go,
+// gpt.go, disks.go) it writes the disk image to the selected disk, keeping
+// the data partition, and reboots. Its kernel command line is defined in
+// docs/cmdline.md.
 //
 // Every failure prints "osb-init: FATAL: <reason>" on the console and then
 // waits forever, repeating the reason, instead of exiting (which would make
@@ -48,7 +53,8 @@ var DeviceWait = 60 * time.Second
 const logPrefix = "osb-init: "
 
 type initProcess struct {
-	debug bool
+	debug   bool
+	cmdline string // the raw kernel command line
 }
 
 func (i *initProcess) logf(format string, a ...any) {
@@ -113,7 +119,8 @@ func (i *initProcess) run() error {
 	if err != nil {
 		return fmt.Errorf("read kernel command line: %w", err)
 	}
-	cfg, err := ParseCmdline(string(raw))
+	i.cmdline = string(raw)
+	cfg, err := ParseCmdline(i.cmdline)
 	if err != nil {
 		return err
 	}
@@ -131,7 +138,7 @@ func (i *initProcess) run() error {
 			return err
 		}
 	case ModeInstall:
-		return errors.New("osb.mode=install is not implemented by this init yet")
+		return i.installMode(&cfg)
 	default:
 		return fmt.Errorf("unknown mode %q", cfg.Mode)
 	}
@@ -140,14 +147,9 @@ func (i *initProcess) run() error {
 }
 
 // memoryMode assembles /sysroot: the read-only root image with a tmpfs
-// overlay on top.
+// overlay on top, and the persisted paths bound over it.
 func (i *initProcess) memoryMode(cfg *Config) error {
-	if len(cfg.Persist) > 0 {
-		// Persisted paths need the data partition; refusing is better than
-		// booting and silently losing what the user meant to keep.
-		return fmt.Errorf("osb.persist=%s is not implemented by this init yet", strings.Join(cfg.Persist, ","))
-	}
-	src, err := i.findRoot(cfg.Root)
+	src, err := i.findRoot(cfg)
 	if err != nil {
 		return err
 	}
@@ -155,11 +157,19 @@ func (i *initProcess) memoryMode(cfg *Config) error {
 	if err := mountRootImage(src, LowerDir); err != nil {
 		return err
 	}
-	return mountOverlay(LowerDir, OverlayDir, SysrootDir)
+	if err := mountOverlay(LowerDir, OverlayDir, SysrootDir); err != nil {
+		return err
+	}
+	rootDev := ""
+	if cfg.Root.Kind == RootLabel || cfg.Root.Kind == RootPartLabel {
+		rootDev = src
+	}
+	return i.setupPersist(cfg, rootDev, SysrootDir)
 }
 
 // findRoot returns the file or block device holding the root image.
-func (i *initProcess) findRoot(r RootSource) (string, error) {
+func (i *initProcess) findRoot(cfg *Config) (string, error) {
+	r := cfg.Root
 	switch r.Kind {
 	case RootInitrd:
 		if _, err := os.Stat(RootImagePath); err != nil {
@@ -170,7 +180,10 @@ func (i *initProcess) findRoot(r RootSource) (string, error) {
 		i.logf("waiting up to %v for %s", DeviceWait, r)
 		return waitForBlockDevice(DeviceRef(r), DeviceWait)
 	case RootURL:
-		return "", fmt.Errorf("osb.root=%s: fetching the root image over HTTP is not implemented by this init yet", r.Value)
+		if err := i.setupNetwork(i.cmdline); err != nil {
+			return "", err
+		}
+		return i.fetchRoot(r.Value, cfg.RootSHA256)
 	}
 	return "", fmt.Errorf("osb.root: unknown source %q", r.Kind)
 }

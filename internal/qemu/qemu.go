@@ -56,6 +56,10 @@ type Config struct {
 	Net *NetConfig
 	// NoReboot makes a guest reboot end QEMU instead.
 	NoReboot bool
+	// BootFrom puts one device first in the firmware's boot order
+	// (bootindex), the way a BMC's boot override picks the boot device; the
+	// other devices follow. Empty leaves the order to the firmware.
+	BootFrom BootDevice
 	// ExtraArgs are appended to QEMU's command line.
 	ExtraArgs []string
 	// SerialLog, when set, also receives the console output.
@@ -64,6 +68,15 @@ type Config struct {
 	// non-nil slice disables failure detection.
 	FailureMarkers []string
 }
+
+// BootDevice names a device class for Config.BootFrom.
+type BootDevice string
+
+const (
+	BootFromDisk  BootDevice = "disk"  // the first of Config.Disks
+	BootFromCDROM BootDevice = "cdrom" // Config.CDROM
+	BootFromNet   BootDevice = "net"   // the NIC of Config.Net
+)
 
 // NetConfig is QEMU user-mode networking (slirp) with one virtio NIC.
 type NetConfig struct {
@@ -139,11 +152,35 @@ func (cfg *Config) Args(varsFile string) []string {
 			args = append(args, "-append", cfg.Append)
 		}
 	}
+	// With a boot order, every bootable device gets a bootindex: the chosen
+	// one 0, the others after it in the order disks, CD-ROM, NIC. Only the
+	// -device form takes bootindex.
+	next := 1
+	bootIndex := func(d BootDevice, first bool) string {
+		if cfg.BootFrom == "" {
+			return ""
+		}
+		if d == cfg.BootFrom && first {
+			return ",bootindex=0"
+		}
+		next++
+		return fmt.Sprintf(",bootindex=%d", next-1)
+	}
 	for i, d := range cfg.Disks {
-		args = append(args, "-drive", fmt.Sprintf("if=virtio,format=raw,index=%d,file=%s", i, d))
+		if cfg.BootFrom == "" {
+			args = append(args, "-drive", fmt.Sprintf("if=virtio,format=raw,index=%d,file=%s", i, d))
+			continue
+		}
+		args = append(args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d%s", i, bootIndex(BootFromDisk, i == 0)))
 	}
 	if cfg.CDROM != "" {
-		args = append(args, "-drive", "media=cdrom,readonly=on,format=raw,file="+cfg.CDROM)
+		if cfg.BootFrom == "" {
+			args = append(args, "-drive", "media=cdrom,readonly=on,format=raw,file="+cfg.CDROM)
+		} else {
+			args = append(args, "-drive", "if=none,id=cd0,media=cdrom,readonly=on,format=raw,file="+cfg.CDROM,
+				"-device", "ide-cd,drive=cd0"+bootIndex(BootFromCDROM, true))
+		}
 	}
 	if cfg.Net == nil {
 		args = append(args, "-nic", "none")
@@ -166,6 +203,7 @@ func (cfg *Config) Args(varsFile string) []string {
 		case cfg.Net.ROMFile != "":
 			dev += ",romfile=" + cfg.Net.ROMFile
 		}
+		dev += bootIndex(BootFromNet, true)
 		args = append(args, "-netdev", netdev, "-device", dev)
 		if cfg.Net.HTTPBootOnly {
 			args = append(args,

@@ -55,6 +55,27 @@ func TestArgs(t *testing.T) {
 	}
 }
 
+func TestArgsBootFrom(t *testing.T) {
+	base := Config{Disks: []string{"/d0"}, CDROM: "/c.iso", Net: &NetConfig{NoROM: true}}
+	for _, tc := range []struct {
+		from BootDevice
+		want []string
+	}{
+		{BootFromDisk, []string{"virtio-blk-pci,drive=disk0,bootindex=0", "ide-cd,drive=cd0,bootindex=1", "romfile=,bootindex=2"}},
+		{BootFromCDROM, []string{"virtio-blk-pci,drive=disk0,bootindex=1", "ide-cd,drive=cd0,bootindex=0", "romfile=,bootindex=2"}},
+		{BootFromNet, []string{"virtio-blk-pci,drive=disk0,bootindex=1", "ide-cd,drive=cd0,bootindex=2", "romfile=,bootindex=0"}},
+	} {
+		cfg := base
+		cfg.BootFrom = tc.from
+		got := strings.Join(cfg.Args(""), " ")
+		for _, w := range append(tc.want, "if=none,id=disk0,format=raw,file=/d0", "if=none,id=cd0,media=cdrom,readonly=on,format=raw,file=/c.iso") {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: args lack %q:\n%s", tc.from, w, got)
+			}
+		}
+	}
+}
+
 func TestFirstOf(t *testing.T) {
 	for _, tc := range []struct {
 		s, want string

@@ -1,0 +1,127 @@
+package builder
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// TestUnknownPackageNamesRecipeLine asks apt for a package Debian does not
+// have: the error must point at the recipe line that asked for it.
+func TestUnknownPackageNamesRecipeLine(t *testing.T) {
+	requireTools(t, "mmdebstrap")
+	if testing.Short() {
+		t.Skip("runs mmdebstrap")
+	}
+	tree := copyRecipeTree(t)
+	layer := filepath.Join(tree, "recipes/layers/test-hello.yaml")
+	b, err := os.ReadFile(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, "packages:\n  - osb-no-such-package\n"...)
+	if err := os.WriteFile(layer, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Count(string(b), "\n") // the package is on the last line
+	r, err := recipe.Load(filepath.Join(tree, "recipes/test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Build(context.Background(), r, Options{OutputDir: filepath.Join(tree, "out"), CacheDir: t.TempDir(), NoCache: true})
+	if err == nil {
+		t.Fatal("build with an unknown package succeeded")
+	}
+	want := "test-hello.yaml:" + strconv.Itoa(line) + ": packages: unknown package \"osb-no-such-package\""
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error does not name the recipe line:\n got %v\nwant ...%s", err, want)
+	}
+	if _, statErr := os.Stat(filepath.Join(tree, "out")); !os.IsNotExist(statErr) {
+		t.Errorf("a failed build left an output directory")
+	}
+}
+
+// TestKilledBuildKeepsPreviousOutput kills `builder build` with SIGKILL in
+// the middle of a step: the previous output must stay complete and
+// untouched, no cache entry may be poisoned, and the next build must
+// succeed and replace the output.
+func TestKilledBuildKeepsPreviousOutput(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs")
+	if testing.Short() {
+		t.Skip("builds an image")
+	}
+	bin := filepath.Join(t.TempDir(), "builder")
+	if err := run(context.Background(), "go", "build", "-o", bin, "../cmd/builder"); err != nil {
+		t.Fatal(err)
+	}
+	tree := copyRecipeTree(t)
+	out := filepath.Join(tree, "out")
+	cacheDir := sharedCacheDir(t)
+	recipePath := filepath.Join(tree, "recipes/test.yaml")
+	build := func() *exec.Cmd {
+		cmd := exec.Command(bin, "build", recipePath, "--output", out, "--cache-dir", cacheDir)
+		cmd.Env = append(os.Environ(), "OSB_SOURCE_DIR="+repoRoot(t))
+		return cmd
+	}
+	if b, err := build().CombinedOutput(); err != nil {
+		t.Fatalf("first build: %v\n%s", err, b)
+	}
+	before, err := os.ReadFile(filepath.Join(out, osimage.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A changed unit makes assemble run again; kill it while it runs.
+	unit := filepath.Join(tree, "units/os-builder-hello.service")
+	ub, _ := os.ReadFile(unit)
+	os.WriteFile(unit, append(ub, "# "+time.Now().String()+"\n"...), 0o644)
+	cmd := build()
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "assemble: start") {
+			time.Sleep(3 * time.Second)
+			break
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	after, err := os.ReadFile(filepath.Join(out, osimage.ManifestFile))
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the killed build changed the previous output (err %v)", err)
+	}
+	var m osimage.BuildManifest
+	if err := json.Unmarshal(after, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Artifacts {
+		if d, err := digestFile(filepath.Join(out, a.Path)); err != nil || d != a.SHA256 {
+			t.Errorf("%s damaged after the kill: %v", a.Path, err)
+		}
+	}
+	if b, err := build().CombinedOutput(); err != nil {
+		t.Fatalf("build after the kill: %v\n%s", err, b)
+	}
+	final, _ := os.ReadFile(filepath.Join(out, osimage.ManifestFile))
+	if string(final) == string(before) {
+		t.Error("the build after the kill did not replace the output")
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(tree, ".out.staging-*"))
+	if len(leftovers) != 0 {
+		t.Errorf("staging directories left behind: %v", leftovers)
+	}
+}

@@ -1,0 +1,126 @@
+package ignition
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./ignition -update)", err)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs (run go test ./ignition -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+// TestValidateGolden validates every testdata/validate/*.ign and compares
+// the verdict with its .golden file: "ok" plus warnings, or the error.
+func TestValidateGolden(t *testing.T) {
+	files, err := filepath.Glob("testdata/validate/*.ign")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test configs: %v", err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".ign")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warnings, err := Validate(raw)
+			var b strings.Builder
+			if err != nil {
+				b.WriteString("error:\n" + err.Error() + "\n")
+			} else {
+				b.WriteString("ok\n")
+			}
+			for _, w := range warnings {
+				b.WriteString("warning: " + w + "\n")
+			}
+			golden(t, strings.TrimSuffix(f, ".ign")+".golden", []byte(b.String()))
+			if wantOK := strings.HasPrefix(name, "ok-"); wantOK != (err == nil) {
+				t.Errorf("ok = %v, want %v: %v", err == nil, wantOK, err)
+			}
+		})
+	}
+}
+
+// TestExample: the example node renders stably and passes the validator.
+func TestExample(t *testing.T) {
+	out, err := Generate(Example())
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/example.ign", out)
+	if _, err := Validate(out); err != nil {
+		t.Fatalf("the example does not validate: %v", err)
+	}
+	again, _ := Generate(Example())
+	if string(again) != string(out) {
+		t.Error("Generate is not deterministic")
+	}
+}
+
+func TestGenerateRequired(t *testing.T) {
+	cases := []struct {
+		name string
+		node Node
+		want string
+	}{
+		{"no hostname", Node{}, "hostname is required"},
+		{"provider without classes", Node{Hostname: "h", LibvirtProvider: &LibvirtProvider{}}, "machine classes are required"},
+		{"poollet without pool", Node{Hostname: "h", Machinepoollet: &Machinepoollet{Kubeconfig: "x"}}, "machine pool name are required"},
+		{"metalnet without kubeconfig", Node{Hostname: "h", Metalnet: &Metalnet{}}, "kubeconfig is required"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Generate(tc.node)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDataLen(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int
+	}{
+		{"data:,abc", 3},
+		{"data:,%5Bx%5D", 3},
+		{"data:;base64,aGVsbG8=", 5},
+		{DataURL(make([]byte, 1000)), 1000},
+	}
+	for _, tc := range cases {
+		if got, err := dataLen(tc.in); err != nil || got != tc.want {
+			t.Errorf("dataLen(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	files, _ := filepath.Glob("testdata/validate/*.ign")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		_, _ = Validate(raw) // must not panic
+	})
+}

@@ -1,0 +1,78 @@
+package initrd
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestResolveInRoot(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755))
+	must(os.MkdirAll(filepath.Join(root, "usr/lib/x"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "usr/sbin/tool"), []byte("x"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "usr/lib/x/real.so"), []byte("x"), 0o644))
+	must(os.Symlink("usr/sbin", filepath.Join(root, "sbin")))                       // relative
+	must(os.Symlink("/usr/lib", filepath.Join(root, "lib")))                        // absolute: inside root
+	must(os.Symlink("../../../../real.so", filepath.Join(root, "usr/lib/x/up.so"))) // ".." stops at root
+	must(os.Symlink("x/real.so", filepath.Join(root, "usr/lib/link.so")))
+	for _, tc := range []struct{ in, want string }{
+		{"/sbin/tool", "usr/sbin/tool"},
+		{"/lib/x/real.so", "usr/lib/x/real.so"},
+		{"/lib/link.so", "usr/lib/x/real.so"},
+	} {
+		got, err := resolveInRoot(root, tc.in)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if got != filepath.Join(root, tc.want) {
+			t.Errorf("%s: got %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	if _, err := resolveInRoot(root, "/lib/x/up.so"); err == nil {
+		t.Error("a link climbing out of the root resolved to a host file")
+	}
+}
+
+// TestCollectFilesMke2fs copies mke2fs with its libraries from the host's
+// root (Debian, like the images) and checks the loader and libc come along.
+func TestCollectFilesMke2fs(t *testing.T) {
+	if _, err := os.Stat("/sbin/mke2fs"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mke2fs missing: %v", err)
+		}
+		t.Skip("no /sbin/mke2fs on this host")
+	}
+	files, err := collectFiles("/", []string{"/sbin/mke2fs", "/etc/mke2fs.conf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.initrdPath)
+	}
+	all := strings.Join(paths, " ")
+	for _, want := range []string{"/sbin/mke2fs", "/etc/mke2fs.conf", "libext2fs.so.2", "libc.so.6", "ld-linux"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("files %s lack %s", all, want)
+		}
+	}
+	out, err := exec.Command("ldd", "/sbin/mke2fs").Output()
+	if err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 0 && strings.Contains(f[0], ".so") && !strings.Contains(f[0], "vdso") && !strings.Contains(all, filepath.Base(f[0])) {
+				t.Errorf("ldd lists %s, collectFiles does not", f[0])
+			}
+		}
+	}
+}

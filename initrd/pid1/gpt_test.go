@@ -1,0 +1,331 @@
+package pid1
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/ironcore-dev/os-builder/diskimage"
+)
+
+// testImage writes a real os-builder disk image (diskimage.Write) with a
+// fake UKI and root image and returns its bytes.
+func testImage(t *testing.T, rootSize int) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	uki, root, img := filepath.Join(dir, "uki.efi"), filepath.Join(dir, "root"), filepath.Join(dir, "disk.raw")
+	if err := os.WriteFile(uki, bytes.Repeat([]byte("UKI!"), 1<<18), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, bytes.Repeat([]byte("root"), rootSize/4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := diskimage.Write(img, diskimage.Options{UKI: uki, Root: root, Seed: "pid1-test"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestGUID(t *testing.T) {
+	g := mustGUID(gptTypeESP)
+	if g.String() != gptTypeESP {
+		t.Errorf("round trip: %s", g)
+	}
+	if g[0] != 0x28 || g[3] != 0xc1 || g[8] != 0xba { // on-disk byte order
+		t.Errorf("byte order: % x", g)
+	}
+	for _, bad := range []string{"", "c12a7328-f81f-11d2-ba4b-00a0c93ec93", "x12a7328-f81f-11d2-ba4b-00a0c93ec93b"} {
+		if _, err := parseGUID(bad); err == nil {
+			t.Errorf("parseGUID(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestReadGPTOfDiskImage reads what diskimage (go-diskfs) writes.
+func TestReadGPTOfDiskImage(t *testing.T) {
+	img := testImage(t, 3<<20)
+	tb, err := readGPT(bytes.NewReader(img), 512, int64(len(img)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tb.Partitions) != 2 {
+		t.Fatalf("partitions %+v", tb.Partitions)
+	}
+	esp, root := tb.byName(partLabelESP), tb.byName(partLabelRoot)
+	if esp == nil || root == nil || esp.Type.String() != gptTypeESP || root.Attrs != 1<<60 || esp.FirstLBA != 2048 {
+		t.Errorf("partitions %+v", tb.Partitions)
+	}
+	// A damaged primary falls back to the backup.
+	broken := append([]byte(nil), img...)
+	broken[512+20] ^= 0xff
+	tb2, err := readGPT(bytes.NewReader(broken), 512, int64(len(broken)))
+	if err != nil || len(tb2.Partitions) != 2 {
+		t.Errorf("backup: %v %+v", err, tb2)
+	}
+}
+
+// TestEncodeGPTReadByGoDiskfs checks our tables with an independent reader.
+func TestEncodeGPTReadByGoDiskfs(t *testing.T) {
+	for _, ss := range []int{512, 4096} {
+		size := int64(64 << 20)
+		tb := &gptTable{SectorSize: ss, DiskGUID: mustGUID("11111111-2222-3333-4444-555555555555"), Partitions: []gptPartition{
+			{Index: 1, Type: mustGUID(gptTypeESP), GUID: mustGUID("aaaaaaaa-2222-3333-4444-555555555555"), FirstLBA: uint64(1 << 20 / ss), LastLBA: uint64(9<<20/ss) - 1, Name: partLabelESP},
+			{Index: 3, Type: mustGUID(gptTypeLinuxVa), GUID: mustGUID("bbbbbbbb-2222-3333-4444-555555555555"), FirstLBA: uint64(32 << 20 / ss), LastLBA: uint64(60<<20/ss) - 1, Attrs: 1 << 60, Name: partLabelData},
+		}}
+		primary, backup, off, err := tb.encode(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		disk := make([]byte, size)
+		copy(disk, primary)
+		copy(disk[off:], backup)
+		df := filepath.Join(t.TempDir(), "disk")
+		if err := os.WriteFile(df, disk, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fh, err := os.Open(df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		got, err := gpt.Read(fh, ss, ss)
+		if err != nil {
+			t.Fatalf("%d: go-diskfs: %v", ss, err)
+		}
+		var names []string
+		for _, p := range got.Partitions {
+			if p.Name != "" {
+				names = append(names, p.Name)
+			}
+		}
+		if strings.Join(names, ",") != "osb-esp,osb-data" {
+			t.Errorf("%d: go-diskfs sees %v", ss, names)
+		}
+		back, err := readGPT(bytes.NewReader(disk), ss, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back.Partitions[1].Index != 3 || back.Partitions[1].Attrs != 1<<60 || back.DiskGUID != tb.DiskGUID {
+			t.Errorf("%d: round trip %+v", ss, back)
+		}
+		// The backup alone is enough.
+		copy(disk[:2*ss], make([]byte, 2*ss))
+		if _, err := readGPT(bytes.NewReader(disk), ss, size); err != nil {
+			t.Errorf("%d: backup only: %v", ss, err)
+		}
+	}
+	bad := &gptTable{SectorSize: 512, Partitions: []gptPartition{
+		{Index: 1, Type: mustGUID(gptTypeESP), FirstLBA: 2048, LastLBA: 4095, Name: "a"},
+		{Index: 2, Type: mustGUID(gptTypeESP), FirstLBA: 4000, LastLBA: 5000, Name: "b"},
+	}}
+	if _, _, _, err := bad.encode(8 << 20); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Errorf("overlap: %v", err)
+	}
+}
+
+func TestClassifyDisk(t *testing.T) {
+	img := testImage(t, 1<<20)
+	size := int64(len(img))
+	mk := func(f func(b []byte)) []byte { b := make([]byte, size); f(b); return b }
+	foreignGPT := func() []byte {
+		tb := &gptTable{SectorSize: 512, Partitions: []gptPartition{{Index: 1, Type: mustGUID(gptTypeESP), FirstLBA: 2048, LastLBA: 4095, Name: "EFI system partition"}}}
+		p, bk, off, _ := tb.encode(size)
+		return mk(func(b []byte) { copy(b, p); copy(b[off:], bk) })
+	}()
+	for _, tc := range []struct {
+		name   string
+		disk   []byte
+		want   diskKind
+		reason string
+	}{
+		{"zeros", make([]byte, size), diskBlank, ""},
+		{"our image", img, diskOurs, ""},
+		{"foreign GPT", foreignGPT, diskForeign, `"EFI system partition"`},
+		{"MBR", mk(func(b []byte) { b[510], b[511] = 0x55, 0xaa }), diskForeign, "MBR"},
+		{"ext4 on the whole disk", mk(func(b []byte) { b[1080], b[1081] = 0x53, 0xef }), diskForeign, "ext2/3/4"},
+		{"LVM", mk(func(b []byte) { copy(b[512:], "LABELONE") }), diskForeign, "LVM"},
+		{"damaged GPT", mk(func(b []byte) { copy(b, img[:34*512]); b[600] ^= 1 }), diskForeign, "damaged GPT"},
+	} {
+		k, _, reason, err := classifyDisk(bytes.NewReader(tc.disk), 512, size)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if k != tc.want || !strings.Contains(reason, tc.reason) {
+			t.Errorf("%s: %v (%s), want %v (%s)", tc.name, k, reason, tc.want, tc.reason)
+		}
+	}
+}
+
+func newDisk(t *testing.T, size int64) *os.File {
+	f, err := os.Create(filepath.Join(t.TempDir(), "disk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// install streams img onto disk as installMode does, in chunks of odd
+// sizes, stopping after stopAfter bytes if >= 0 (a killed VM).
+func install(t *testing.T, disk *os.File, img []byte, stopAfter int) (*installSink, error) {
+	t.Helper()
+	size, _ := disk.Seek(0, io.SeekEnd)
+	kind, tb, reason, err := classifyDisk(disk, 512, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind == diskForeign {
+		t.Fatalf("foreign: %s", reason)
+	}
+	var keep *gptPartition
+	if tb != nil {
+		keep = tb.byName(partLabelData)
+	}
+	s := &installSink{disk: disk, sectorSize: 512, size: size, keep: keep, logf: t.Logf}
+	w, _ := s.begin(int64(len(img)))
+	data := img
+	if stopAfter >= 0 {
+		data = img[:stopAfter]
+	}
+	for len(data) > 0 {
+		n := min(len(data), 777777)
+		if _, err := w.Write(data[:n]); err != nil {
+			return s, err
+		}
+		data = data[n:]
+	}
+	if stopAfter >= 0 {
+		return s, nil
+	}
+	if err := writeTable(disk, s.plan.table, size, true); err != nil {
+		t.Fatal(err)
+	}
+	return s, nil
+}
+
+func partBytes(t *testing.T, disk io.ReaderAt, size int64, name string) []byte {
+	t.Helper()
+	tb, err := readGPT(disk, 512, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tb.byName(name)
+	if p == nil {
+		t.Fatalf("no %s in %+v", name, tb.Partitions)
+	}
+	s, e := p.byteRange(512)
+	b := make([]byte, e-s)
+	disk.ReadAt(b, s)
+	return b
+}
+
+func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
+	img := testImage(t, 2<<20)
+	const size = 256 << 20
+	disk := newDisk(t, size)
+	if _, err := install(t, disk, img, -1); err != nil {
+		t.Fatal(err)
+	}
+	imgT, _ := readGPT(bytes.NewReader(img), 512, int64(len(img)))
+	for _, name := range []string{partLabelESP, partLabelRoot} {
+		if !bytes.Equal(partBytes(t, disk, size, name), partBytes(t, bytes.NewReader(img), int64(len(img)), name)) {
+			t.Errorf("%s differs from the image's", name)
+		}
+	}
+	// A data partition as the first boot creates it, with some data.
+	tb, _ := readGPT(disk, 512, size)
+	_, rootEnd := imgT.byName(partLabelRoot).byteRange(512)
+	_, last := tb.usable(size)
+	start, err := dataPartitionStart(rootEnd, int64(last+1)*512/mib*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Partitions = append(tb.Partitions, gptPartition{Index: 3, Type: mustGUID(gptTypeLinuxVa), GUID: mustGUID("bbbbbbbb-2222-3333-4444-555555555555"), Name: partLabelData, FirstLBA: uint64(start / 512), LastLBA: last})
+	if err := writeTable(disk, tb, size, true); err != nil {
+		t.Fatal(err)
+	}
+	marker := []byte("persisted data")
+	disk.WriteAt(marker, start+4096)
+
+	// Reinstall, killed half way: the disk no longer boots (no ESP) but is
+	// recognised as ours with the data partition.
+	if _, err := install(t, disk, img, len(img)/2); err != nil {
+		t.Fatal(err)
+	}
+	kind, mid, _, _ := classifyDisk(disk, 512, size)
+	if kind != diskOurs || mid.byName(partLabelESP) != nil || mid.byName(partLabelData) == nil {
+		t.Fatalf("after an interrupted install: %v %+v", kind, mid)
+	}
+	// Install again: completes, data kept.
+	if _, err := install(t, disk, img, -1); err != nil {
+		t.Fatal(err)
+	}
+	final, _ := readGPT(disk, 512, size)
+	if len(final.Partitions) != 3 || final.byName(partLabelData).FirstLBA != uint64(start/512) {
+		t.Errorf("final table %+v", final.Partitions)
+	}
+	got := make([]byte, len(marker))
+	disk.ReadAt(got, start+4096)
+	if !bytes.Equal(got, marker) {
+		t.Error("data partition contents lost")
+	}
+	if sha256.Sum256(partBytes(t, disk, size, partLabelRoot)) != sha256.Sum256(partBytes(t, bytes.NewReader(img), int64(len(img)), partLabelRoot)) {
+		t.Error("root differs after reinstall")
+	}
+}
+
+func TestPlanInstallRefusals(t *testing.T) {
+	img := testImage(t, 4<<20)
+	imgT, _ := readGPT(bytes.NewReader(img), 512, int64(len(img)))
+	_, rootEnd := imgT.byName(partLabelRoot).byteRange(512)
+	data := &gptPartition{Index: 3, Type: mustGUID(gptTypeLinuxVa), Name: partLabelData, FirstLBA: uint64(rootEnd/512) - 2048, LastLBA: 1 << 20}
+	if _, err := planInstall(imgT, 512, 1<<30, data); err == nil || !strings.Contains(err.Error(), "preserved osb-data") {
+		t.Errorf("data partition in the way: %v", err)
+	}
+	if _, err := planInstall(imgT, 512, rootEnd-1<<20, nil); err == nil || !strings.Contains(err.Error(), "end of the disk") {
+		t.Errorf("disk too small: %v", err)
+	}
+	noRoot := &gptTable{SectorSize: 512, Partitions: imgT.Partitions[:1]}
+	if _, err := planInstall(noRoot, 512, 1<<30, nil); err == nil || !strings.Contains(err.Error(), "os-builder disk image") {
+		t.Errorf("no root: %v", err)
+	}
+	// Data partition that reused slot 1 or 2 gets slot 3.
+	ok := &gptPartition{Index: 2, Type: mustGUID(gptTypeLinuxVa), Name: partLabelData, FirstLBA: uint64(rootEnd / 512), LastLBA: uint64(rootEnd/512) + 4096}
+	p, err := planInstall(imgT, 512, 1<<30, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.table.byName(partLabelData); d.Index != 3 || len(p.interim.Partitions) != 1 {
+		t.Errorf("plan %+v", p.table.Partitions)
+	}
+}
+
+func TestDataPartitionStart(t *testing.T) {
+	for _, tc := range []struct {
+		rootEnd, usableEnd, want int64
+		err                      bool
+	}{
+		{300 * mib, 100 * gib, 600 * mib, false},   // room: leave the OS region doubled
+		{300*mib + 1, 100 * gib, 601 * mib, false}, // aligned up
+		{600 * mib, 2 * gib, 600 * mib, false},     // tight: right after root
+		{600 * mib, 600*mib + 10*mib, 0, true},     // too small
+	} {
+		got, err := dataPartitionStart(tc.rootEnd, tc.usableEnd)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("dataPartitionStart(%d, %d) = %d, %v; want %d", tc.rootEnd, tc.usableEnd, got, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package pid1
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Persistent paths: the data partition (osb.data, default partlabel:osb-data,
+// ext4) is mounted at DataDir, and each osb.persist path P is bind-mounted
+// from DataDir/persist/P over the overlay root. The first boot seeds
+// DataDir/persist/P with the image's P, so /etc/ssh etc. start out as the
+// image has them.
+
+const (
+	// DataDir is where the data partition is mounted; under /run, so it
+	// moves into the final root.
+	DataDir = "/run/osb/data"
+	// persistSubdir holds the persisted trees on the data partition.
+	persistSubdir = "persist"
+	mib           = 1 << 20
+	gib           = 1 << 30
+	// minDataSize is the smallest data partition the init creates.
+	minDataSize = 64 * mib
+)
+
+// mke2fsPaths are where the initrd may carry mke2fs (see
+// initrd.AssembleOptions.Files).
+var mke2fsPaths = []string{"/usr/sbin/mke2fs", "/sbin/mke2fs"}
+
+// DataWait is how long the init looks for an existing data partition when
+// it does not boot from disk (on disk boots the root's disk is already
+// there and scanned).
+var DataWait = 5 * time.Second
+
+// setupPersist mounts the data partition and bind-mounts the persisted
+// paths into sysroot. rootDev is the root partition's device on disk boots,
+// "" otherwise: only then may a missing data partition be created.
+func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
+	wait := DataWait
+	if rootDev != "" {
+		wait = 0 // the boot disk has been scanned already
+	}
+	dev, err := waitForBlockDevice(cfg.Data, wait)
+	if err != nil {
+		dev = ""
+		i.debugf("persist: %v", err)
+	}
+	if dev == "" && len(cfg.Persist) == 0 {
+		return nil // nothing asked for, nothing there
+	}
+	if dev == "" {
+		if rootDev == "" || cfg.Data.Kind != RootPartLabel || cfg.Data.Value != partLabelData {
+			i.logf("WARNING: persist: no data partition %s; %s stay in RAM this boot and are lost at shutdown", cfg.Data, strings.Join(cfg.Persist, ", "))
+			return nil
+		}
+		if dev, err = i.createDataPartition(rootDev); err != nil {
+			return fmt.Errorf("persist: %w", err)
+		}
+	}
+	if err := os.MkdirAll(DataDir, 0o755); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	if err := unix.Mount(dev, DataDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("persist: mount data partition %s (%s) as ext4 on %s: %w", dev, cfg.Data, DataDir, err)
+	}
+	i.logf("persist: data partition %s mounted on %s", dev, DataDir)
+	for _, p := range cfg.Persist {
+		if err := bindPersisted(filepath.Join(DataDir, persistSubdir), sysroot, p); err != nil {
+			return fmt.Errorf("persist %s: %w", p, err)
+		}
+		i.logf("persist: %s", p)
+	}
+	return nil
+}
+
+// bindPersisted bind-mounts store/p over sysroot/p, first seeding store/p
+// from sysroot/p when it does not exist yet.
+func bindPersisted(store, sysroot, p string) error {
+	src := filepath.Join(store, p)
+	dst := filepath.Join(sysroot, p)
+	if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+		if err := seed(dst, src); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	// The mount point must exist in the overlay and be of the same kind.
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if fi.IsDir() {
+			err = os.MkdirAll(dst, fi.Mode().Perm())
+		} else {
+			if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+				err = os.WriteFile(dst, nil, 0o644)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create mount point: %w", err)
+		}
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount %s on %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// seed copies the image's from (a directory, file or nothing) to to, via a
+// temporary name so an interrupted seed is redone at the next boot.
+func seed(from, to string) error {
+	tmp := to + ".osb-seeding"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(from)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Not in the image: start with an empty directory.
+		if err := os.Mkdir(tmp, 0o755); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case fi.IsDir() || fi.Mode().IsRegular():
+		if err := copyTree(from, tmp); err != nil {
+			return fmt.Errorf("seed from the image: %w", err)
+		}
+	default:
+		return fmt.Errorf("%s in the image is neither a directory nor a file", from)
+	}
+	if err := syncPath(filepath.Dir(to)); err != nil {
+		return err
+	}
+	return os.Rename(tmp, to)
+}
+
+func syncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// copyTree copies files, directories and symlinks with their modes, owners
+// and times. Other file types (devices, sockets) are skipped.
+func copyTree(src, dst string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(src, &st); err != nil {
+		return err
+	}
+	mode := os.FileMode(st.Mode & 0o7777)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := copyTree(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+	case unix.S_IFREG:
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		if err := out.Close(); err != nil {
+			return err
+		}
+	case unix.S_IFLNK:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, dst); err != nil {
+			return err
+		}
+		if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		return nil
+	default:
+		return nil
+	}
+	if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := os.Chmod(dst, mode); err != nil { // after chown, which clears set-id bits
+		return err
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// dataPartitionStart is where a new osb-data partition starts: at twice the
+// end of the root partition, so later, bigger images still fit before it,
+// or right after the root partition when that would leave less than 1 GiB.
+// The result is 1 MiB aligned.
+func dataPartitionStart(rootEnd, usableEnd int64) (int64, error) {
+	align := func(n int64) int64 { return (n + mib - 1) / mib * mib }
+	start := align(2 * rootEnd)
+	if usableEnd-start < gib {
+		start = align(rootEnd)
+	}
+	if usableEnd-start < minDataSize {
+		return 0, fmt.Errorf("only %d MiB free after the root partition; a data partition needs at least %d MiB", max(0, usableEnd-start)/mib, minDataSize/mib)
+	}
+	return start, nil
+}
+
+// createDataPartition adds osb-data to the disk holding rootDev, formats it
+// with mke2fs and returns its device.
+func (i *initProcess) createDataPartition(rootDev string) (string, error) {
+	mke2fs := ""
+	for _, p := range mke2fsPaths {
+		if _, err := os.Stat(p); err == nil {
+			mke2fs = p
+			break
+		}
+	}
+	if mke2fs == "" {
+		return "", fmt.Errorf("the disk has no %s partition, and the initrd has no mke2fs to format a new one (build the initrd with mke2fs: initrd.AssembleOptions.Files)", partLabelData)
+	}
+	part := filepath.Base(rootDev)
+	parentLink, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", part))
+	if err != nil {
+		return "", fmt.Errorf("find the disk of %s: %w", rootDev, err)
+	}
+	disk := "/dev/" + filepath.Base(filepath.Dir(parentLink))
+	f, err := os.OpenFile(disk, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", disk, err)
+	}
+	defer f.Close()
+	ss, err := blockSectorSize(f)
+	if err != nil {
+		return "", err
+	}
+	size, err := blockSize(f)
+	if err != nil {
+		return "", err
+	}
+	t, err := readGPT(f, ss, size)
+	if err != nil {
+		return "", fmt.Errorf("read the GPT of %s: %w", disk, err)
+	}
+	root := t.byName(partLabelRoot)
+	if root == nil {
+		return "", fmt.Errorf("%s has no %s partition", disk, partLabelRoot)
+	}
+	var end int64 // the end of the last partition
+	used := map[int]bool{}
+	for _, p := range t.Partitions {
+		_, e := p.byteRange(ss)
+		end = max(end, e)
+		used[p.Index] = true
+	}
+	_, lastUsable := t.usable(size)
+	usableEnd := int64(lastUsable+1) * int64(ss) / mib * mib
+	start, err := dataPartitionStart(end, usableEnd)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", disk, err)
+	}
+	idx := 3
+	for used[idx] {
+		idx++
+	}
+	var g guid
+	if _, err := rand.Read(g[:]); err != nil {
+		return "", err
+	}
+	g[7] = g[7]&0x0f | 0x40 // version 4 (field 3 is little endian on disk)
+	g[8] = g[8]&0x3f | 0x80
+	p := gptPartition{
+		Index: idx, Type: mustGUID(gptTypeLinuxVa), GUID: g, Name: partLabelData,
+		FirstLBA: uint64(start / int64(ss)), LastLBA: uint64(usableEnd/int64(ss)) - 1,
+	}
+	t.Partitions = append(t.Partitions, p)
+	i.logf("persist: creating %s on %s: partition %d, %d MiB at byte %d", partLabelData, disk, idx, (usableEnd-start)/mib, start)
+	if err := writeTable(f, t, size, true); err != nil {
+		return "", err
+	}
+	if err := addKernelPartition(f, idx, start, usableEnd-start); err != nil {
+		return "", err
+	}
+	dev := partitionDevice(filepath.Base(disk), idx)
+	pf, err := openWhenPresent(dev, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	pf.Close()
+	i.logf("persist: formatting %s (ext4, label %s)", dev, partLabelData)
+	cmd := exec.Command(mke2fs, "-q", "-F", "-t", "ext4", "-L", partLabelData, "-E", "nodiscard", dev)
+	cmd.Env = []string{"PATH=/usr/sbin:/sbin:/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", mke2fs, dev, err, strings.TrimSpace(string(out)))
+	}
+	return dev, nil
+}
+
+// partitionDevice names partition n of disk: vda3, but nvme0n1p3.
+func partitionDevice(disk string, n int) string {
+	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
+		return "/dev/" + disk + "p" + strconv.Itoa(n)
+	}
+	return "/dev/" + disk + strconv.Itoa(n)
+}
