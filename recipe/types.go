@@ -144,6 +144,11 @@ type GoBuild struct {
 	Module string `json:"module"`
 	// Version, an exact module version (no "latest"). Required.
 	Version string `json:"version"`
+	// Sum is the module's go.sum hash ("h1:..."). When set, the download is
+	// checked against it instead of the checksum database (for modules the
+	// database does not know); dependencies are always checked against the
+	// module's own go.sum.
+	Sum string `json:"sum,omitempty"`
 	// Package inside the module, e.g. "./cmd/libvirt-provider"; default ".".
 	Package string `json:"package,omitempty"`
 	// Binary is the destination path in the image. Required.

@@ -39,6 +39,7 @@ var (
 	// sysusersNameRE is what systemd-sysusers accepts as a portable name.
 	sysusersNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}$`)
 	ownerRE        = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,30}|[0-9]+)$`)
+	goSumRE        = regexp.MustCompile(`^h1:[A-Za-z0-9+/]{43}=$`)
 	goModuleRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~/-]*$`)
 	goTagRE        = regexp.MustCompile(`^[A-Za-z0-9_.]+$`)
 	goVersionRE    = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-([0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*))?(\+incompatible)?$`)
@@ -258,6 +259,9 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 			p.addf(doc, field+".version", "required")
 		case !isGoModuleVersion(g.Version):
 			p.addf(doc, field+".version", "%q is not an exact module version like v1.2.3 (no \"latest\", branches or queries)", g.Version)
+		}
+		if g.Sum != "" && !goSumRE.MatchString(g.Sum) {
+			p.addf(doc, field+".sum", "%q is not a go.sum hash like h1:<base64 sha256>=", g.Sum)
 		}
 		if g.Package != "." && (!strings.HasPrefix(g.Package, "./") || path.Clean(g.Package) != g.Package[2:] || strings.HasPrefix(path.Clean(g.Package), "..")) {
 			p.addf(doc, field+".package", "%q must be \".\" or a clean \"./\" path inside the module", g.Package)
