@@ -1,10 +1,10 @@
 package diskimage
 
 import (
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // Benchmarks: a 64 MiB UKI and a 512 MiB root image, written as a disk
@@ -38,34 +38,5 @@ func BenchmarkWriteDisk(b *testing.B) {
 // it, like Write does: the least any disk writer has to do.
 func BenchmarkCopyFloor(b *testing.B) {
 	dir, uki, root := benchInputs(b)
-	out := filepath.Join(dir, "copy.raw")
-	b.SetBytes(benchUKISize + benchRootSize)
-	b.ResetTimer()
-	for b.Loop() {
-		copyFiles(b, out, uki, root)
-	}
-}
-
-func copyFiles(b *testing.B, out string, srcs ...string) {
-	b.Helper()
-	f, err := os.Create(out)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, s := range srcs {
-		in, err := os.Open(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.Copy(f, in); err != nil {
-			b.Fatal(err)
-		}
-		in.Close()
-	}
-	if err := f.Sync(); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		b.Fatal(err)
-	}
+	testutil.CopyFloor(b, filepath.Join(dir, "copy.raw"), uki, root)
 }

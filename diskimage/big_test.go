@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestLargeESP writes a UKI past 260 MiB, where go-diskfs switches to
@@ -16,11 +18,11 @@ func TestLargeESP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes a 300 MiB ESP")
 	}
-	fsck := needTool(t, "fsck.fat")
-	mtype := needTool(t, "mtype")
+	fsck := testutil.RequireTool(t, "fsck.fat")
+	mtype := testutil.RequireTool(t, "mtype")
 	dir := t.TempDir()
 	// Mostly zeros (kept sparse) with data at both ends.
-	uki := writeZeros(t, dir, "uki.efi", 300*MiB)
+	uki := testutil.SparseZeros(t, dir, "uki.efi", 300*MiB)
 	f, err := os.OpenFile(uki, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -44,14 +46,14 @@ func TestLargeESP(t *testing.T) {
 		t.Fatalf("ESP of %d MiB uses %d-byte clusters, want the 4 KiB case", l.ESPSize/MiB, g.clusterSize)
 	}
 	esp := filepath.Join(dir, "esp.img")
-	if err := os.WriteFile(esp, readRange(t, p, l.ESPStart, l.ESPSize), 0o644); err != nil {
+	if err := os.WriteFile(esp, testutil.ReadRange(t, p, l.ESPStart, l.ESPSize), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(fsck, "-n", esp).CombinedOutput(); err != nil || strings.Contains(string(out), "Free cluster summary") {
 		t.Errorf("fsck.fat: %v\n%s", err, out)
 	}
-	got := run(t, mtype, "-i", fmt.Sprintf("%s@@%d", p, l.ESPStart), "::EFI/BOOT/BOOTX64.EFI")
-	if !bytes.Equal(got, readFile(t, uki)) {
+	got := testutil.Run(t, mtype, "-i", fmt.Sprintf("%s@@%d", p, l.ESPStart), "::EFI/BOOT/BOOTX64.EFI")
+	if !bytes.Equal(got, testutil.ReadFile(t, uki)) {
 		t.Error("UKI read back by mtools differs")
 	}
 }

@@ -185,15 +185,17 @@ func Write(path string, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("disk image %s: %w", path, err)
 	}
-	if err := writeAtomically(path, func(f *os.File) error { return l.write(f, opts) }); err != nil {
+	if err := WriteAtomically(path, func(f *os.File) error { return l.write(f, opts) }); err != nil {
 		return fmt.Errorf("disk image %s: %w", path, err)
 	}
 	return nil
 }
 
-// writeAtomically runs fill on path+".tmp" and renames it to path on
-// success, removing it on failure.
-func writeAtomically(path string, fill func(*os.File) error) (err error) {
+// WriteAtomically runs fill on a new path+".tmp", syncs it and renames it
+// to path (then syncs the directory) on success; on failure it removes the
+// temporary file, so path is either the old file or the whole new one. The
+// ISO writer shares it.
+func WriteAtomically(path string, fill func(*os.File) error) (err error) {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

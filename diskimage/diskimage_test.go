@@ -15,6 +15,8 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // fixture is a UKI stand-in and a root image stand-in on disk.
@@ -94,7 +96,7 @@ func TestESPSizeGrowsWithContent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strconv.FormatInt(tc.size, 10), func(t *testing.T) {
-			uki := writeZeros(t, dir, "uki", tc.size)
+			uki := testutil.SparseZeros(t, dir, "uki", tc.size)
 			size, err := FATImage{Files: map[string]string{"EFI/BOOT/BOOTX64.EFI": uki}}.Size()
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +115,7 @@ func TestESPSizeGrowsWithContent(t *testing.T) {
 // TestWriteVerifiedBySgdisk checks the partition table with gdisk, an
 // independent GPT implementation.
 func TestWriteVerifiedBySgdisk(t *testing.T) {
-	sgdisk := needTool(t, "sgdisk")
+	sgdisk := testutil.RequireTool(t, "sgdisk")
 	for _, arch := range []string{"amd64", "arm64"} {
 		t.Run(arch, func(t *testing.T) {
 			fx := newFixture(t, 2*MiB, 3*MiB)
@@ -122,7 +124,7 @@ func TestWriteVerifiedBySgdisk(t *testing.T) {
 			opts.DataSizeMiB = 8
 			p := fx.write(t, opts)
 
-			if out := string(run(t, sgdisk, "-v", p)); !strings.Contains(out, "No problems found") {
+			if out := string(testutil.Run(t, sgdisk, "-v", p)); !strings.Contains(out, "No problems found") {
 				t.Errorf("sgdisk -v:\n%s", out)
 			}
 			root := TypeRootAMD64
@@ -138,7 +140,7 @@ func TestWriteVerifiedBySgdisk(t *testing.T) {
 				{LabelData, TypeLinuxVar, "0000000000000000", 2048 + 67*2048, 2048 + 75*2048 - 1},
 			}
 			for i, w := range want {
-				out := string(run(t, sgdisk, "-i", strconv.Itoa(i+1), p))
+				out := string(testutil.Run(t, sgdisk, "-i", strconv.Itoa(i+1), p))
 				for _, s := range []string{
 					"Partition GUID code: " + w.typ,
 					"Partition name: '" + w.name + "'",
@@ -159,14 +161,14 @@ func TestWriteVerifiedBySgdisk(t *testing.T) {
 // TestESPReadByMtools reads the ESP back with mtools and dosfstools, which
 // share no code with go-diskfs.
 func TestESPReadByMtools(t *testing.T) {
-	mtype := needTool(t, "mtype")
-	mdir := needTool(t, "mdir")
+	mtype := testutil.RequireTool(t, "mtype")
+	mdir := testutil.RequireTool(t, "mdir")
 	fx := newFixture(t, 5*MiB+123, MiB)
 	opts := fx.options()
 	opts.ESPFiles = map[string]string{
 		"loader/loader.conf":       writeInput(t, fx.dir, "loader.conf", 100, 3),
 		"EFI/Linux/extra-file.bin": writeInput(t, fx.dir, "extra", 70_000, 4),
-		"empty":                    writeZeros(t, fx.dir, "empty", 0),
+		"empty":                    testutil.SparseZeros(t, fx.dir, "empty", 0),
 	}
 	p := fx.write(t, opts)
 	img := fmt.Sprintf("%s@@%d", p, MiB)
@@ -177,19 +179,19 @@ func TestESPReadByMtools(t *testing.T) {
 		"EFI/Linux/extra-file.bin": opts.ESPFiles["EFI/Linux/extra-file.bin"],
 		"empty":                    opts.ESPFiles["empty"],
 	} {
-		got := run(t, mtype, "-i", img, "::"+fatPath)
-		if !bytes.Equal(got, readFile(t, src)) {
-			t.Errorf("%s: mtype read %d bytes that differ from the %d source bytes", fatPath, len(got), len(readFile(t, src)))
+		got := testutil.Run(t, mtype, "-i", img, "::"+fatPath)
+		if !bytes.Equal(got, testutil.ReadFile(t, src)) {
+			t.Errorf("%s: mtype read %d bytes that differ from the %d source bytes", fatPath, len(got), len(testutil.ReadFile(t, src)))
 		}
 	}
-	listing := string(run(t, mdir, "-i", img, "::EFI/BOOT"))
+	listing := string(testutil.Run(t, mdir, "-i", img, "::EFI/BOOT"))
 	if !strings.Contains(listing, "BOOTX64  EFI") {
 		t.Errorf("mdir EFI/BOOT:\n%s", listing)
 	}
 	// Every entry carries SOURCE_DATE_EPOCH (2023-11-14 22:13:20 UTC; FAT
 	// keeps 2-second steps).
 	for _, dir := range []string{"::", "::EFI", "::EFI/BOOT"} {
-		out := string(run(t, mdir, "-a", "-i", img, dir))
+		out := string(testutil.Run(t, mdir, "-a", "-i", img, dir))
 		for _, line := range strings.Split(out, "\n") {
 			if regexp.MustCompile(`\d{4}-\d\d-\d\d`).MatchString(line) && !strings.Contains(line, "2023-11-14") {
 				t.Errorf("%s: entry not stamped with SOURCE_DATE_EPOCH: %q", dir, line)
@@ -197,9 +199,9 @@ func TestESPReadByMtools(t *testing.T) {
 		}
 	}
 	{
-		fsck := needTool(t, "fsck.fat")
+		fsck := testutil.RequireTool(t, "fsck.fat")
 		esp := filepath.Join(fx.dir, "esp.img")
-		if err := os.WriteFile(esp, readRange(t, p, MiB, MinESPSize), 0o644); err != nil {
+		if err := os.WriteFile(esp, testutil.ReadRange(t, p, MiB, MinESPSize), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if out, err := exec.Command(fsck, "-n", "-v", esp).CombinedOutput(); err != nil {
@@ -240,14 +242,14 @@ func TestReadBackWithGoDiskfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, readFile(t, fx.uki)) {
+	if !bytes.Equal(got, testutil.ReadFile(t, fx.uki)) {
 		t.Error("UKI read back through go-diskfs differs")
 	}
 	var root bytes.Buffer
 	if _, err := d.ReadPartitionContents(2, &root); err != nil {
 		t.Fatal(err)
 	}
-	want := readFile(t, fx.root)
+	want := testutil.ReadFile(t, fx.root)
 	if !bytes.Equal(root.Bytes()[:len(want)], want) {
 		t.Error("root partition does not start with the root image")
 	}
@@ -259,18 +261,18 @@ func TestReadBackWithGoDiskfs(t *testing.T) {
 func TestReproducible(t *testing.T) {
 	fx := newFixture(t, 2*MiB, 2*MiB)
 	opts := fx.options()
-	a := fileSHA256(t, fx.write(t, opts))
-	b := fileSHA256(t, fx.write(t, opts))
+	a := testutil.FileSHA256(t, fx.write(t, opts))
+	b := testutil.FileSHA256(t, fx.write(t, opts))
 	if a != b {
 		t.Fatalf("two writes differ: %s vs %s", a, b)
 	}
 	opts.Seed = "another build"
-	if c := fileSHA256(t, fx.write(t, opts)); c == a {
+	if c := testutil.FileSHA256(t, fx.write(t, opts)); c == a {
 		t.Error("a different seed gave the same image")
 	}
 	opts = fx.options()
 	opts.SourceDateEpoch += 3600
-	if c := fileSHA256(t, fx.write(t, opts)); c == a {
+	if c := testutil.FileSHA256(t, fx.write(t, opts)); c == a {
 		t.Error("a different SOURCE_DATE_EPOCH gave the same image")
 	}
 }
@@ -287,8 +289,8 @@ func TestSparse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	du := needTool(t, "du")
-	fields := strings.Fields(string(run(t, du, "-k", p)))
+	du := testutil.RequireTool(t, "du")
+	fields := strings.Fields(string(testutil.Run(t, du, "-k", p)))
 	usedKiB, err := strconv.ParseInt(fields[0], 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +304,7 @@ func TestSparse(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	fx := newFixture(t, 40*MiB, MiB)
-	empty := writeZeros(t, fx.dir, "empty", 0)
+	empty := testutil.SparseZeros(t, fx.dir, "empty", 0)
 	tests := []struct {
 		name string
 		mod  func(*Options)
@@ -376,7 +378,7 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 		t.Cleanup(func() { openInput = orig })
 		openInput = func(name string) (io.ReadCloser, error) {
 			if name == fx.uki {
-				return io.NopCloser(io.LimitReader(bytes.NewReader(readFile(t, name)), MiB/2)), nil
+				return io.NopCloser(io.LimitReader(bytes.NewReader(testutil.ReadFile(t, name)), MiB/2)), nil
 			}
 			return orig(name)
 		}

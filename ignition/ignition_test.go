@@ -1,31 +1,13 @@
 package ignition
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./ignition -update)", err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s differs (run go test ./ignition -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 // TestValidateGolden validates every testdata/validate/*.ign and compares
 // the verdict with its .golden file: "ok" plus warnings, or the error.
@@ -51,7 +33,7 @@ func TestValidateGolden(t *testing.T) {
 			for _, w := range warnings {
 				b.WriteString("warning: " + w + "\n")
 			}
-			golden(t, strings.TrimSuffix(f, ".ign")+".golden", []byte(b.String()))
+			testutil.Golden(t, strings.TrimSuffix(f, ".ign")+".golden", []byte(b.String()))
 			if wantOK := strings.HasPrefix(name, "ok-"); wantOK != (err == nil) {
 				t.Errorf("ok = %v, want %v: %v", err == nil, wantOK, err)
 			}
@@ -65,7 +47,7 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/example.ign", out)
+	testutil.Golden(t, "testdata/example.ign", out)
 	if _, err := Validate(out); err != nil {
 		t.Fatalf("the example does not validate: %v", err)
 	}

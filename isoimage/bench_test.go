@@ -1,10 +1,10 @@
 package isoimage
 
 import (
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // Benchmarks: a 64 MiB UKI and a 512 MiB root image as /ROOT.IMG, written
@@ -35,31 +35,9 @@ func BenchmarkWriteISO(b *testing.B) {
 	}
 }
 
+// BenchmarkISOCopyFloor copies the bytes the ISO holds (the UKI twice) into
+// one file and syncs it: the least any ISO writer has to do.
 func BenchmarkISOCopyFloor(b *testing.B) {
 	dir, uki, root := benchInputs(b)
-	out := filepath.Join(dir, "copy.iso")
-	b.SetBytes(2*benchUKISize + benchRootSize)
-	b.ResetTimer()
-	for b.Loop() {
-		f, err := os.Create(out)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, s := range []string{uki, uki, root} {
-			in, err := os.Open(s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.Copy(f, in); err != nil {
-				b.Fatal(err)
-			}
-			in.Close()
-		}
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	testutil.CopyFloor(b, filepath.Join(dir, "copy.iso"), uki, uki, root)
 }

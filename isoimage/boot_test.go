@@ -2,41 +2,14 @@ package isoimage
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/internal/testutil/uefiboot"
 )
-
-const (
-	// systemdBoot stands in for a UKI: a real EFI application whose output
-	// reaches the serial console (OVMF mirrors ConOut there).
-	systemdBoot = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
-	// systemdBootMarker is text only systemd-boot prints: with no loader
-	// entries its menu holds just this built-in entry.
-	systemdBootMarker = "Reboot Into Firmware Interface"
-	// bootTimeout bounds one TCG boot; OVMF alone needs 10-20 s there.
-	bootTimeout = 2 * time.Minute
-)
-
-func needBootTools(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("boots QEMU")
-	}
-	needTool(t, qemu.Binary)
-	for _, f := range []string{qemu.OVMFCode, qemu.OVMFVars, systemdBoot} {
-		if _, err := os.Stat(f); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("not installed: %v", err)
-			}
-			t.Fatalf("not installed: %v", err)
-		}
-	}
-}
 
 // TestBootISOInQEMU boots the ISO as a CD: OVMF must find the El Torito
 // UEFI entry and run EFI/BOOT/BOOTX64.EFI from its FAT image. The boot
@@ -45,23 +18,23 @@ func needBootTools(t *testing.T) {
 // does) would not reach the file: this proves the count-0 handling. (With
 // the count patched to 0xFFFF the same image ends in the UEFI shell.)
 func TestBootISOInQEMU(t *testing.T) {
-	needBootTools(t)
+	uefiboot.Require(t)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "image.iso")
 	err := Write(p, Options{
-		UKI: systemdBoot,
+		UKI: uefiboot.SystemdBoot,
 		// Sorted before EFI/, so it takes the FAT's first 130 MiB.
-		ESPFiles:        map[string]string{"AAAA/PAD.BIN": writeZeros(t, dir, "pad", 130*mib)},
+		ESPFiles:        map[string]string{"AAAA/PAD.BIN": testutil.SparseZeros(t, dir, "pad", 130*mib)},
 		Seed:            "boot test",
 		SourceDateEpoch: 1700000000,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), uefiboot.Timeout)
 	defer cancel()
 	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, CDROM: p, MemoryMB: 512, NoReboot: true})
-	if _, err := vm.WaitFor(ctx, systemdBootMarker); err != nil {
+	if _, err := vm.WaitFor(ctx, uefiboot.SystemdBootMarker); err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`starting Boot[0-9A-F]{4} "UEFI QEMU DVD-ROM`).MatchString(vm.Console()) {

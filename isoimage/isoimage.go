@@ -183,17 +183,14 @@ func write(out string, opts Options) (err error) {
 		}
 	}
 
-	tmp := out + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
+	return diskimage.WriteAtomically(out, func(f *os.File) error {
+		return layOut(f, work, label, mtime, espSize)
+	})
+}
+
+// layOut writes the ISO 9660 file system of the staged tree in work to f,
+// with the El Torito entry for the boot image, and normalizes it.
+func layOut(f *os.File, work, label string, mtime time.Time, espSize int64) error {
 	out9660, err := newCoalescingBackend(file.New(f, false))
 	if err != nil {
 		return err
@@ -223,13 +220,7 @@ func write(out string, opts Options) (err error) {
 	if err := normalize(f, mtime, espSize); err != nil {
 		return fmt.Errorf("normalizing ISO 9660: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close: %w", err)
-	}
-	return os.Rename(tmp, out)
+	return nil
 }
 
 // writeBootImage writes the FAT boot image, sparse, to p.

@@ -14,6 +14,7 @@ import (
 	diskfs "github.com/diskfs/go-diskfs"
 
 	"github.com/ironcore-dev/os-builder/diskimage"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 const mib = diskimage.MiB
@@ -54,7 +55,7 @@ func (fx fixture) write(t testing.TB, opts Options) string {
 // LBA straight from the image.
 func catalogEntry(t *testing.T, iso string) (platform byte, count uint16, lba uint32) {
 	t.Helper()
-	b := readFile(t, iso)
+	b := testutil.ReadFile(t, iso)
 	br := b[17*blockSize:]
 	if !bytes.HasPrefix(br[7:], []byte("EL TORITO SPECIFICATION")) {
 		t.Fatal("no El Torito boot record at sector 17")
@@ -66,8 +67,8 @@ func catalogEntry(t *testing.T, iso string) (platform byte, count uint16, lba ui
 // TestElToritoByXorriso checks the boot catalog with xorriso and extracts
 // every file back with osirrox; the FAT boot image is then read by mtools.
 func TestElToritoByXorriso(t *testing.T) {
-	xorriso := needTool(t, "xorriso")
-	mtype := needTool(t, "mtype")
+	xorriso := testutil.RequireTool(t, "xorriso")
+	mtype := testutil.RequireTool(t, "mtype")
 	// The smallest FAT32 image is 64 MiB, already past the 16-bit count:
 	// every case must get a count of 0.
 	tests := []struct {
@@ -84,11 +85,11 @@ func TestElToritoByXorriso(t *testing.T) {
 			fx := newFixture(t, tc.ukiSize)
 			opts := fx.options()
 			if tc.pad > 0 {
-				opts.ESPFiles = map[string]string{"PAD.BIN": writeZeros(t, fx.dir, "pad", tc.pad)}
+				opts.ESPFiles = map[string]string{"PAD.BIN": testutil.SparseZeros(t, fx.dir, "pad", tc.pad)}
 			}
 			iso := fx.write(t, opts)
 
-			report := string(run(t, xorriso, "-indev", iso, "-report_el_torito", "plain"))
+			report := string(testutil.Run(t, xorriso, "-indev", iso, "-report_el_torito", "plain"))
 			t.Logf("xorriso:\n%s", report)
 			if !regexp.MustCompile(`El Torito boot img :\s+1\s+UEFI\s+y\s+none`).MatchString(report) {
 				t.Errorf("no bootable UEFI no-emulation entry in:\n%s", report)
@@ -102,18 +103,18 @@ func TestElToritoByXorriso(t *testing.T) {
 			}
 
 			out := filepath.Join(fx.dir, "extract")
-			run(t, xorriso, "-osirrox", "on", "-indev", iso, "-extract", "/", out)
+			testutil.Run(t, xorriso, "-osirrox", "on", "-indev", iso, "-extract", "/", out)
 			for isoPath, src := range map[string]string{
 				"EFI/BOOT/BOOTX64.EFI": fx.uki,
 				"ROOT.IMG":             fx.rootImg,
 			} {
-				if !bytes.Equal(readFile(t, filepath.Join(out, isoPath)), readFile(t, src)) {
+				if !bytes.Equal(testutil.ReadFile(t, filepath.Join(out, isoPath)), testutil.ReadFile(t, src)) {
 					t.Errorf("%s extracted by osirrox differs from its source", isoPath)
 				}
 			}
 			esp := filepath.Join(out, BootImagePath)
-			got := run(t, mtype, "-i", esp, "::EFI/BOOT/BOOTX64.EFI")
-			if !bytes.Equal(got, readFile(t, fx.uki)) {
+			got := testutil.Run(t, mtype, "-i", esp, "::EFI/BOOT/BOOTX64.EFI")
+			if !bytes.Equal(got, testutil.ReadFile(t, fx.uki)) {
 				t.Error("UKI in the El Torito FAT image differs from its source")
 			}
 		})
@@ -145,7 +146,7 @@ func TestReadBackWithGoDiskfs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, readFile(t, src)) {
+		if !bytes.Equal(got, testutil.ReadFile(t, src)) {
 			t.Errorf("%s read back differs", isoPath)
 		}
 	}
@@ -175,17 +176,17 @@ func TestReadBackWithGoDiskfs(t *testing.T) {
 func TestReproducible(t *testing.T) {
 	fx := newFixture(t, 2*mib)
 	opts := fx.options()
-	a := fileSHA256(t, fx.write(t, opts))
-	b := fileSHA256(t, fx.write(t, opts))
+	a := testutil.FileSHA256(t, fx.write(t, opts))
+	b := testutil.FileSHA256(t, fx.write(t, opts))
 	if a != b {
 		t.Fatalf("two writes differ: %s vs %s", a, b)
 	}
 	opts.SourceDateEpoch += 3600
-	if c := fileSHA256(t, fx.write(t, opts)); c == a {
+	if c := testutil.FileSHA256(t, fx.write(t, opts)); c == a {
 		t.Error("a different SOURCE_DATE_EPOCH gave the same image")
 	}
 	// The volume descriptor's dates are the epoch, not the write time.
-	pvd := readFile(t, filepath.Join(fx.dir, "image.iso"))[16*blockSize:]
+	pvd := testutil.ReadFile(t, filepath.Join(fx.dir, "image.iso"))[16*blockSize:]
 	if got := string(pvd[pvdCreation : pvdCreation+14]); got != "20231114231320" {
 		t.Errorf("PVD creation date %q", got)
 	}
@@ -243,7 +244,7 @@ func FuzzISOPath(f *testing.F) {
 
 func TestErrors(t *testing.T) {
 	fx := newFixture(t, mib)
-	empty := writeZeros(t, fx.dir, "empty", 0)
+	empty := testutil.SparseZeros(t, fx.dir, "empty", 0)
 	tests := []struct {
 		name string
 		mod  func(*Options)

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 	"github.com/ironcore-dev/os-builder/publish"
@@ -221,7 +222,7 @@ func TestInspectGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := strings.ReplaceAll(buf.String(), host, "registry.test")
-		golden(t, tc.golden, got)
+		testutil.Golden(t, filepath.Join("testdata", tc.golden), []byte(got))
 	}
 	// The layout copy inspects the same, apart from the reference.
 	layoutPath := filepath.Join(t.TempDir(), "oci")
@@ -234,26 +235,6 @@ func TestInspectGolden(t *testing.T) {
 	}
 	if len(lins.Manifests) != 1 || lins.Manifests[0].Digest != ins.Manifests[0].Digest {
 		t.Errorf("layout inspection %+v", lins)
-	}
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", name, got, want)
 	}
 }
 

@@ -2,33 +2,14 @@ package recipe
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
-
-// golden compares got with the file at path, or rewrites it with -update.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s--- want\n%s", path, got, want)
-	}
-}
 
 // TestLoadRealTestRecipe makes sure the recipe the builder's end-to-end tests
 // build is valid and means what they rely on.
@@ -97,7 +78,7 @@ func TestRender(t *testing.T) {
 				if string(out) != string(again) {
 					t.Errorf("%s output is not deterministic", format)
 				}
-				golden(t, filepath.Join("testdata/render", name+"."+format+".golden"), out)
+				testutil.Golden(t, filepath.Join("testdata/render", name+"."+format+".golden"), out)
 			}
 		})
 	}
@@ -258,7 +239,7 @@ func TestLoadErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error lacks %q:\n%v", tt.want, err)
 			}
-			golden(t, filepath.Join(dir, "error.golden"), []byte(err.Error()+"\n"))
+			testutil.Golden(t, filepath.Join(dir, "error.golden"), []byte(err.Error()+"\n"))
 		})
 	}
 }

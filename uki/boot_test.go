@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 const (
@@ -52,7 +54,7 @@ func bootInitrd(t *testing.T) []byte {
 	t.Helper()
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(gobin); err != nil {
-		gobin = needTool(t, "go")
+		gobin = testutil.RequireTool(t, "go")
 	}
 	initPath := filepath.Join(t.TempDir(), "init")
 	cmd := exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", initPath, "./testdata/bootinit")
@@ -82,15 +84,8 @@ func TestBootInQEMU(t *testing.T) {
 		t.Skip("boot test skipped in -short mode")
 	}
 	kernelPath := testKernel(t)
-	qemu := needTool(t, "qemu-system-x86_64")
-	for _, f := range []string{ovmfCode, ovmfVars} {
-		if _, err := os.Stat(f); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatal(err)
-			}
-			t.Skipf("OVMF missing: %v", err)
-		}
-	}
+	qemu := testutil.RequireTool(t, "qemu-system-x86_64")
+	testutil.RequireFiles(t, ovmfCode, ovmfVars)
 	kernel, err := os.ReadFile(kernelPath)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 var (
@@ -49,7 +51,7 @@ func sbverifyCert(t *testing.T, certPath string, img []byte) (string, error) {
 	if err := os.WriteFile(path, img, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(needTool(t, "sbverify"), "--cert", certPath, path).CombinedOutput()
+	out, err := exec.Command(testutil.RequireTool(t, "sbverify"), "--cert", certPath, path).CombinedOutput()
 	return string(out), err
 }
 

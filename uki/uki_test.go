@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"debug/pe"
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,37 +14,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files")
-
 const hostStubPath = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
-
-// needTool skips when a host tool is missing, except in CI where that is a
-// failure.
-func needTool(t testing.TB, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not installed: %v", name, err)
-		}
-		t.Skipf("%s not installed", name)
-	}
-	return p
-}
 
 // hostStub returns the host's systemd-stub (package systemd-boot-efi).
 func hostStub(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile(hostStubPath)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("systemd-stub: %v", err)
-		}
-		t.Skipf("systemd-stub not installed: %v", err)
-	}
-	return b
+	testutil.RequireFiles(t, hostStubPath)
+	return testutil.ReadFile(t, hostStubPath)
 }
 
 // blob returns n deterministic pseudo-random bytes for seed.
@@ -355,7 +334,7 @@ func TestBuildSyntheticStubGrowsHeaders(t *testing.T) {
 // objdumpSections runs objdump -h and returns section name -> size.
 func objdumpSections(t *testing.T, path string) map[string]uint64 {
 	t.Helper()
-	out, err := exec.Command(needTool(t, "objdump"), "-h", path).CombinedOutput()
+	out, err := exec.Command(testutil.RequireTool(t, "objdump"), "-h", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("objdump -h: %v\n%s", err, out)
 	}
@@ -369,8 +348,8 @@ func objdumpSections(t *testing.T, path string) map[string]uint64 {
 }
 
 func TestObjdumpAndSbverifyReadUKI(t *testing.T) {
-	needTool(t, "objdump")
-	sbverify := needTool(t, "sbverify")
+	testutil.RequireTool(t, "objdump")
+	sbverify := testutil.RequireTool(t, "sbverify")
 	opts := testOptions(hostStub(t))
 	path := filepath.Join(t.TempDir(), "uki.efi")
 	if err := BuildFile(path, opts); err != nil {
@@ -431,19 +410,7 @@ func TestGoldenSectionTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "sections.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("section table differs from %s (run with -update if intended):\ngot:\n%s\nwant:\n%s", golden, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "sections.golden"), []byte(got))
 }
 
 func TestBadInput(t *testing.T) {

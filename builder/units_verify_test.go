@@ -1,0 +1,49 @@
+package builder
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// TestHypervisorUnitsVerify runs `systemd-analyze verify` on every unit the
+// hypervisor recipe ships, against the built image's own tree: dependencies,
+// executables and keys must resolve inside the image, not on the host.
+func TestHypervisorUnitsVerify(t *testing.T) {
+	out := hypervisorOutput(t)
+	requireTools(t, "unsquashfs", "systemd-analyze")
+	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/hypervisor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Verify what this output was built with, as its manifest says.
+	m, err := osimage.ReadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.ExcludedLayers) > 0 {
+		if err := r.ExcludeLayers(m.ExcludedLayers...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if b, err := exec.Command("unsquashfs", "-q", "-no-xattrs", "-d", root, filepath.Join(out, fileRootfs)).CombinedOutput(); err != nil {
+		t.Fatalf("unsquashfs: %v\n%s", err, b)
+	}
+	var units []string
+	for _, u := range r.Units() {
+		units = append(units, u.Name)
+	}
+	if len(units) == 0 {
+		t.Fatal("the hypervisor recipe ships no units")
+	}
+	cmd := exec.Command("systemd-analyze", append([]string{"verify", "--root=" + root}, units...)...)
+	b, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(b)) != "" {
+		t.Errorf("systemd-analyze verify %s: %v\n%s", strings.Join(units, " "), err, b)
+	}
+}

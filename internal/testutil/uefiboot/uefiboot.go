@@ -1,0 +1,34 @@
+// Package uefiboot holds what the image packages' QEMU boot tests share: a
+// stand-in EFI application, the text proving it ran, and the check that
+// QEMU and OVMF are there.
+package uefiboot
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+)
+
+const (
+	// SystemdBoot stands in for a UKI: a real EFI application whose output
+	// reaches the serial console (OVMF mirrors ConOut there).
+	SystemdBoot = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+	// SystemdBootMarker is text only systemd-boot prints: with no loader
+	// entries its menu holds just this built-in entry.
+	SystemdBootMarker = "Reboot Into Firmware Interface"
+	// Timeout bounds one TCG boot; OVMF alone needs 10-20 s there.
+	Timeout = 2 * time.Minute
+)
+
+// Require skips in -short mode, and stops the test by the testutil.Missing
+// rule when QEMU, OVMF or systemd-boot are not installed.
+func Require(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots QEMU")
+	}
+	testutil.RequireTool(t, qemu.Binary)
+	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars, SystemdBoot)
+}
