@@ -14,10 +14,11 @@ import (
 	"github.com/coreos/go-systemd/v22/unit"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "3"
+const assembleVersion = "5"
 
 // Files the assemble step leaves in its output directory.
 const (
@@ -27,6 +28,8 @@ const (
 	osReleaseFile = "os-release"
 	stubFile      = "linuxx64.efi.stub"
 	modulesDir    = "modules"
+	initrdFiles   = "initrd-files" // userspace tools for the init, with their libraries
+	initrdList    = "initrd-files.list"
 )
 
 // assembleStep lays the layers over the bootstrapped tree (files, units,
@@ -110,11 +113,9 @@ func (s *assembleStep) Run(ctx context.Context, out string) error {
 	if err := s.lift(root, out); err != nil {
 		return err
 	}
-	// A fresh machine-id on first boot: systemd fills an empty file.
-	if err := os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444); err != nil {
+	if err := removeMachineState(root); err != nil {
 		return err
 	}
-	_ = os.Remove(filepath.Join(root, "var/lib/dbus/machine-id"))
 	return mksquashfs(ctx, root, filepath.Join(out, rootImage), s.epoch)
 }
 
@@ -311,7 +312,39 @@ func (s *assembleStep) lift(root, out string) error {
 			return err
 		}
 	}
-	return liftModules(root, kver, s.modules, filepath.Join(out, modulesDir))
+	if err := liftModules(root, kver, s.modules, filepath.Join(out, modulesDir)); err != nil {
+		return err
+	}
+	return liftInitrdTools(root, out)
+}
+
+// initrdTools are the image's programs the init runs: mke2fs formats the
+// data partition for persisted paths. The CA bundle, when the image has
+// one, lets the init fetch over https.
+var initrdTools = []struct {
+	path     string
+	optional bool
+}{
+	{"/sbin/mke2fs", false},
+	{"/etc/mke2fs.conf", false},
+	{"/etc/ssl/certs/ca-certificates.crt", true},
+}
+
+func liftInitrdTools(root, out string) error {
+	var files []string
+	for _, t := range initrdTools {
+		if _, err := os.Stat(filepath.Join(root, t.path)); err != nil {
+			if t.optional {
+				continue
+			}
+			return fmt.Errorf("the init needs %s from the image (package e2fsprogs)", t.path)
+		}
+		files = append(files, t.path)
+	}
+	if _, err := initrd.LiftFiles(root, files, filepath.Join(out, initrdFiles)); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, initrdList), []byte(strings.Join(files, "\n")+"\n"), 0o644)
 }
 
 // readKernelRelease reads what lift wrote.
@@ -366,4 +399,34 @@ func withoutEnv(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// machineState is what package scripts leave behind that belongs to one
+// machine, not to an image every node boots: identities, secrets, seeds.
+// Shipping SSH host keys would hand every node's private key to anyone who
+// pulls the image; the rest would also make builds differ byte for byte.
+var machineState = []string{
+	"etc/ssh/ssh_host_*_key",
+	"etc/ssh/ssh_host_*_key.pub",
+	"var/lib/dbus/machine-id",
+	"var/lib/systemd/random-seed",
+	"var/cache/ldconfig/aux-cache",
+	"var/cache/debconf/*-old",
+	"var/lib/dpkg/*-old",
+}
+
+func removeMachineState(root string) error {
+	for _, pattern := range machineState {
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := os.Remove(m); err != nil {
+				return err
+			}
+		}
+	}
+	// A fresh machine-id on first boot: systemd fills an empty file.
+	return os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444)
 }

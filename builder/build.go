@@ -178,7 +178,9 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 
 // packages is the full package set: the recipe's plus what its outputs need.
 func (b *build) packages(out outputSet) []string {
-	pkgs := b.r.Packages()
+	// The init formats the data partition for persisted paths with the
+	// image's own mke2fs.
+	pkgs := append(b.r.Packages(), "e2fsprogs")
 	if out.needsStub() {
 		pkgs = append(pkgs, "systemd-boot-efi")
 	}
@@ -190,8 +192,13 @@ func (b *build) modules() []string {
 	return dedup(append(defaultInitrdModules(), b.r.Kernel.Modules...))
 }
 
+// cmdline is the recipe's command line plus what the init must know.
 func (b *build) cmdline() string {
-	return strings.Join(strings.Fields(b.r.Cmdline()), " ")
+	words := strings.Fields(b.r.Cmdline())
+	if p := b.r.Persist(); len(p) > 0 {
+		words = append(words, "osb.persist="+strings.Join(p, ","))
+	}
+	return strings.Join(words, " ")
 }
 
 // sources runs the recipe's go and oci steps and returns what they made.

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,7 +11,7 @@ import (
 	"github.com/ironcore-dev/os-builder/initrd"
 )
 
-const initrdVersion = "1"
+const initrdVersion = "2"
 
 const initrdFile = "initrd.img"
 
@@ -82,6 +83,10 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 		return nil, err
 	}
 	in.AddDigest("modules", d)
+	if d, err = digestTree(filepath.Join(s.assembled, initrdFiles)); err != nil {
+		return nil, err
+	}
+	in.AddDigest("tools", d)
 	in.Add("module-names", strings.Join(s.modules, ","))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
@@ -89,6 +94,10 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 
 func (s *initrdStep) Run(ctx context.Context, out string) error {
 	kver, err := readKernelRelease(s.assembled)
+	if err != nil {
+		return err
+	}
+	list, err := os.ReadFile(filepath.Join(s.assembled, initrdList))
 	if err != nil {
 		return err
 	}
@@ -102,6 +111,8 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 		KernelRelease:   kver,
 		Modules:         s.modules,
 		RootImage:       root,
+		Files:           strings.Fields(string(list)),
+		FilesRoot:       filepath.Join(s.assembled, initrdFiles),
 		SourceDateEpoch: s.epoch,
 		Output:          filepath.Join(out, initrdFile),
 	})

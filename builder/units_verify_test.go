@@ -34,6 +34,12 @@ func TestHypervisorUnitsVerify(t *testing.T) {
 	if b, err := exec.Command("unsquashfs", "-q", "-no-xattrs", "-d", root, filepath.Join(out, fileRootfs)).CombinedOutput(); err != nil {
 		t.Fatalf("unsquashfs: %v\n%s", err, b)
 	}
+	// No machine's identity may ship in an image every node boots.
+	for _, pattern := range machineState {
+		if m, _ := filepath.Glob(filepath.Join(root, pattern)); len(m) > 0 {
+			t.Errorf("image ships machine state: %v", m)
+		}
+	}
 	var units []string
 	for _, u := range r.Units() {
 		units = append(units, u.Name)

@@ -25,13 +25,7 @@ func BenchmarkWriteDisk(b *testing.B) {
 	dir, uki, root := benchInputs(b)
 	out := filepath.Join(dir, "disk.raw")
 	opts := Options{UKI: uki, Root: root, Seed: "bench", SourceDateEpoch: 1700000000}
-	b.SetBytes(benchUKISize + benchRootSize)
-	b.ResetTimer()
-	for b.Loop() {
-		if err := Write(out, opts); err != nil {
-			b.Fatal(err)
-		}
-	}
+	testutil.Throughput(b, benchUKISize+benchRootSize, func() error { return Write(out, opts) })
 }
 
 // BenchmarkCopyFloor copies the UKI and root bytes into one file and syncs

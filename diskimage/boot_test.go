@@ -1,7 +1,6 @@
 package diskimage
 
 import (
-	"context"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -26,13 +25,5 @@ func TestBootDiskInQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), uefiboot.Timeout)
-	defer cancel()
-	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{p}, MemoryMB: 512, NoReboot: true})
-	if _, err := vm.WaitFor(ctx, uefiboot.SystemdBootMarker); err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`starting Boot[0-9A-F]{4} "UEFI Misc Device"`).MatchString(vm.Console()) {
-		t.Errorf("not booted from the virtio disk:\n%s", vm.Tail(30))
-	}
+	uefiboot.BootsFrom(t, qemu.Config{Disks: []string{p}}, regexp.MustCompile(`starting Boot[0-9A-F]{4} "UEFI Misc Device"`))
 }

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -159,4 +160,48 @@ func addFiles(a *Archive, root string, files []string) error {
 		}
 	}
 	return nil
+}
+
+// LiftFiles copies files (absolute paths inside root) and everything they
+// need at run time (interpreter, shared libraries) into dest at the same
+// paths, so that dest can serve as AssembleOptions.FilesRoot once root is
+// gone. It returns the paths copied, dependencies included.
+func LiftFiles(root string, files []string, dest string) ([]string, error) {
+	list, err := collectFiles(root, files)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, f := range list {
+		fi, err := os.Stat(f.hostPath)
+		if err != nil {
+			return nil, fmt.Errorf("initrd: %w", err)
+		}
+		to := filepath.Join(dest, f.initrdPath)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return nil, fmt.Errorf("initrd: %w", err)
+		}
+		if err := copyHostFile(f.hostPath, to, fi.Mode().Perm()); err != nil {
+			return nil, err
+		}
+		paths = append(paths, f.initrdPath)
+	}
+	return paths, nil
+}
+
+func copyHostFile(from, to string, perm os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
+	if err != nil {
+		return fmt.Errorf("initrd: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("initrd: copy %s: %w", from, err)
+	}
+	return out.Close()
 }

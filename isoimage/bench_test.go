@@ -26,13 +26,7 @@ func BenchmarkWriteISO(b *testing.B) {
 	dir, uki, root := benchInputs(b)
 	out := filepath.Join(dir, "image.iso")
 	opts := Options{UKI: uki, Files: map[string]string{"ROOT.IMG": root}, Seed: "bench", SourceDateEpoch: 1700000000}
-	b.SetBytes(2*benchUKISize + benchRootSize)
-	b.ResetTimer()
-	for b.Loop() {
-		if err := Write(out, opts); err != nil {
-			b.Fatal(err)
-		}
-	}
+	testutil.Throughput(b, 2*benchUKISize+benchRootSize, func() error { return Write(out, opts) })
 }
 
 // BenchmarkISOCopyFloor copies the bytes the ISO holds (the UKI twice) into

@@ -1,7 +1,6 @@
 package isoimage
 
 import (
-	"context"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -31,13 +30,5 @@ func TestBootISOInQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), uefiboot.Timeout)
-	defer cancel()
-	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, CDROM: p, MemoryMB: 512, NoReboot: true})
-	if _, err := vm.WaitFor(ctx, uefiboot.SystemdBootMarker); err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`starting Boot[0-9A-F]{4} "UEFI QEMU DVD-ROM`).MatchString(vm.Console()) {
-		t.Errorf("not booted from the CD:\n%s", vm.Tail(30))
-	}
+	uefiboot.BootsFrom(t, qemu.Config{CDROM: p}, regexp.MustCompile(`starting Boot[0-9A-F]{4} "UEFI QEMU DVD-ROM`))
 }

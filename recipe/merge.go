@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -151,6 +152,22 @@ func (r *Recipe) Cmdline() string {
 		words = append(words, strings.Fields(l.Cmdline)...)
 	}
 	return strings.Join(words, " ")
+}
+
+// Persist is every layer's persisted paths, deduplicated and sorted.
+func (r *Recipe) Persist() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range r.Resolved {
+		for _, p := range l.Persist {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // PackageOrigin tells where pkg is first asked for: the recipe's

@@ -36,8 +36,12 @@ func TestLoadRealTestRecipe(t *testing.T) {
 		t.Errorf("file source %q: absolute %v, stat error %v", files[0].Source, filepath.IsAbs(files[0].Source), err)
 	}
 	units := r.Units()
-	if len(units) != 1 || units[0].Name != "os-builder-hello.service" || !units[0].Enable {
+	if len(units) != 2 || units[0].Name != "os-builder-hello.service" || !units[0].Enable ||
+		units[1].Name != "os-builder-persist-probe.service" || !units[1].Enable {
 		t.Fatalf("Units() = %+v", units)
+	}
+	if got := r.Persist(); !slices.Equal(got, []string{"/var/lib/osb-persist-test"}) {
+		t.Errorf("Persist() = %v", got)
 	}
 	unit, err := os.ReadFile(units[0].Path)
 	if err != nil {
@@ -51,7 +55,7 @@ func TestLoadRealTestRecipe(t *testing.T) {
 	if users := r.Users(); len(users) != 1 || users[0].Name != "osb-test" {
 		t.Errorf("Users() = %+v", users)
 	}
-	if !slices.Equal(r.Outputs, []string{"pxe"}) {
+	if !slices.Equal(r.Outputs, []string{"pxe", "uki", "disk", "iso"}) {
 		t.Errorf("Outputs = %v", r.Outputs)
 	}
 }

@@ -81,6 +81,9 @@ type Layer struct {
 	Go []GoBuild `json:"go,omitempty"`
 	// Cmdline is appended to the kernel command line.
 	Cmdline string `json:"cmdline,omitempty"`
+	// Persist lists paths kept on the node's data partition across boots
+	// and reinstalls (bind-mounted over the read-only root by the init).
+	Persist []string `json:"persist,omitempty"`
 
 	// Path is the file this layer was loaded from. Filled by Load.
 	Path string `json:"path,omitempty"`

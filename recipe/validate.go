@@ -274,6 +274,13 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 		}
 	}
 	checkCmdline(p, doc, "cmdline", l.Cmdline)
+	for i, pp := range l.Persist {
+		field := fmt.Sprintf("persist[%d]", i)
+		checkImagePath(p, doc, field, pp)
+		if pp == "/" || strings.ContainsAny(pp, ", \t") {
+			p.addf(doc, field, "%q cannot be persisted (not /, no commas or spaces)", pp)
+		}
+	}
 }
 
 // checkUnit reads a unit file once for all layers naming it.

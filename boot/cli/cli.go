@@ -242,6 +242,9 @@ func (o *options) boot(ctx context.Context) error {
 		return err
 	}
 	defer bmc.Close()
+	// A state that has finished this plan (or network-booted under
+	// NetworkBootOnce) makes Run a no-op; then there is nothing to serve.
+	finished := st.PlanDigest == p.Digest() && st.Done >= len(p.Steps) && p.Policy != boot.NetworkBootAlways
 	runErr := d.Run(ctx, boot.LoggingBMC{BMC: bmc, Logf: func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }}, p, st)
 	if o.jsonOut {
 		_ = o.printJSON(st)
@@ -250,6 +253,10 @@ func (o *options) boot(ctx context.Context) error {
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if finished || st.Done == 0 {
+		fmt.Fprintln(o.stderr, "nothing to do: the state says this server already booted the image (a fresh --state re-provisions)")
+		return nil
 	}
 	if served != nil {
 		fmt.Fprintf(o.stderr, "serving artifacts for %s more (Ctrl-C to stop)\n", o.serve)

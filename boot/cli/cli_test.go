@@ -101,6 +101,7 @@ func TestExitCodes(t *testing.T) {
 		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has disk, uki"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
+		{"boot again: nothing to do", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "1m", "--timeout", "20s"}, common...), ExitOK, "nothing to do"},
 		{"status", append([]string{"status", "--bmc", bmc.URL, "--state", state, "--json"}, common...), ExitOK, ""},
 		{"eject", []string{"eject", "--bmc", bmc.URL}, ExitOK, ""},
 	}

@@ -6,28 +6,24 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/boot"
 	"github.com/ironcore-dev/os-builder/boot/artifacts"
 	"github.com/ironcore-dev/os-builder/boot/redfish"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
 	"github.com/ironcore-dev/os-builder/redfishemu"
@@ -49,40 +45,26 @@ type env struct {
 	requests []string // every request the artifact server got
 }
 
-// testOutput is the built test image (make test-image): skipped without
-// one, except in CI.
+// testOutput is the built test image (make test-image), and the tools the
+// boots need: skipped without them, except in CI.
 func testOutput(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("OSB_TEST_OUTPUT")
 	if dir == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OSB_TEST_OUTPUT unset: run tests through `make test`")
-		}
-		t.Skip("OSB_TEST_OUTPUT unset: run `make test-image` and set it")
+		testutil.Missing(t, "OSB_TEST_OUTPUT unset: run `make test-image` and set it (CI runs tests through `make test`)")
 	}
-	for _, tool := range []string{qemu.Binary, qemu.OVMFCode, qemutier.DefaultIPXEROM} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if _, serr := os.Stat(tool); serr != nil {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s missing in CI", tool)
-				}
-				t.Skipf("%s missing", tool)
-			}
-		}
-	}
+	testutil.RequireTool(t, qemu.Binary)
+	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars, qemutier.DefaultIPXEROM)
 	return dir
 }
 
-// newEnv starts a registry (go-containerregistry's, over HTTP on loopback,
-// blobs on disk), pushes the test image with publish.Push, and starts the
-// artifact server on 127.0.0.1, advertised as 10.0.2.2 for the guest.
+// newEnv starts a registry (Debian's docker-registry process on loopback),
+// pushes the test image with publish.Push, and starts the artifact server
+// on 127.0.0.1, advertised as 10.0.2.2 for the guest.
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{out: testOutput(t)}
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0)),
-		registry.WithBlobHandler(registry.NewDiskBlobHandler(t.TempDir()))))
-	t.Cleanup(reg.Close)
-	ref := strings.TrimPrefix(reg.URL, "http://") + "/os-images/test:e2e"
+	ref := testutil.NewRegistry(t) + "/os-images/test:e2e"
 	start := time.Now()
 	if _, err := publish.Push(t.Context(), e.out, ref, publish.Options{Insecure: true}); err != nil {
 		t.Fatal(err)

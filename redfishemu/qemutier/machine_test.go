@@ -7,28 +7,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/redfishemu"
 )
 
 func needQEMU(t *testing.T) {
 	t.Helper()
-	_, err := exec.LookPath(qemu.Binary)
-	if err == nil {
-		_, err = os.Stat(qemu.OVMFCode)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("QEMU/OVMF missing in CI: %v", err)
-		}
-		t.Skipf("QEMU/OVMF missing: %v", err)
-	}
+	testutil.RequireTool(t, qemu.Binary)
+	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
 }
 
 func TestHostURL(t *testing.T) {

@@ -4,6 +4,8 @@
 package uefiboot
 
 import (
+	"context"
+	"regexp"
 	"testing"
 	"time"
 
@@ -31,4 +33,22 @@ func Require(t *testing.T) {
 	}
 	testutil.RequireTool(t, qemu.Binary)
 	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars, SystemdBoot)
+}
+
+// BootsFrom boots QEMU with cfg (UEFI, 512 MiB and no reboot are set here),
+// waits for systemd-boot's menu and checks that the console matches
+// started, OVMF's "starting BootNNNN" line for the device under test: the
+// UEFI shell or another device means the image was not bootable.
+func BootsFrom(t *testing.T, cfg qemu.Config, started *regexp.Regexp) {
+	t.Helper()
+	cfg.UEFI, cfg.MemoryMB, cfg.NoReboot = true, 512, true
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	vm := qemu.StartT(t, ctx, cfg)
+	if _, err := vm.WaitFor(ctx, SystemdBootMarker); err != nil {
+		t.Fatal(err)
+	}
+	if !started.MatchString(vm.Console()) {
+		t.Errorf("not booted from the device (want %s):\n%s", started, vm.Tail(30))
+	}
 }
