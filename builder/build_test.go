@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -24,17 +24,12 @@ func repoRoot(t testing.TB) string {
 	return abs
 }
 
-// requireTools skips outside CI when the build's host tools are missing; in
-// CI a missing tool is a failure.
+// requireTools stops the test unless the tools are installed: a skip on a
+// developer machine, a failure in CI.
 func requireTools(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s not installed (make setup)", tool)
-			}
-			t.Skipf("%s not installed (make setup)", tool)
-		}
+		testutil.RequireTool(t, tool)
 	}
 }
 

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,59 +21,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
-
-// startRegistry runs Debian's docker-registry (the CNCF distribution
-// registry) on a free loopback port and returns its host:port.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip("docker-registry not installed (apt-get install docker-registry)")
-		}
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`version: 0.1
-log:
-  level: error
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, filepath.Join(dir, "data"), addr)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", conf)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("registry did not come up: %v\n%s", err, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 type tarEntry struct {
 	name, body, link string
@@ -165,7 +113,7 @@ func pushTestImage(t *testing.T, registry, repo string) string {
 }
 
 func TestOCIStepFromRegistry(t *testing.T) {
-	reg := startRegistry(t)
+	reg := testutil.NewRegistry(t)
 	digest := pushTestImage(t, reg, "ironcore/tools")
 	cases := []struct {
 		name    string
@@ -227,7 +175,7 @@ func TestOCIStepFromRegistry(t *testing.T) {
 }
 
 func TestOCIStepThroughMirror(t *testing.T) {
-	reg := startRegistry(t)
+	reg := testutil.NewRegistry(t)
 	digest := pushTestImage(t, reg, "ironcore-dev/tools")
 	t.Setenv(MirrorsEnv, "ghcr.io="+reg)
 	s := &ociStep{src: recipe.OCISource{Image: "ghcr.io/ironcore-dev/tools:v1@" + digest, Paths: map[string]string{"/usr/local/bin/tool": "/usr/bin/tool"}}, arch: "amd64", storeDir: t.TempDir()}
