@@ -116,3 +116,13 @@ func TestRebuildAfterUnitChange(t *testing.T) {
 func containsFields(log, want string) bool {
 	return strings.Contains(strings.Join(strings.Fields(log), " "), strings.Join(strings.Fields(want), " "))
 }
+
+// testRecipe loads the repository's test recipe.
+func testRecipe(t *testing.T) *recipe.Recipe {
+	t.Helper()
+	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
