@@ -10,7 +10,7 @@ HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
 	mtools xorriso dosfstools binutils systemd ca-certificates git
 
-.PHONY: setup builder test bench hypervisor test-image vet fmt-check clean
+.PHONY: setup build builder test bench hypervisor test-image vet fmt-check clean
 
 setup: ## install host packages (idempotent)
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -20,7 +20,9 @@ setup: ## install host packages (idempotent)
 		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
-builder: ## build bin/builder and bin/serverboot
+build: builder ## alias
+
+builder: ## build bin/builder, bin/serverboot, bin/redfish-emulator
 	$(GO) build -o bin/ ./cmd/...
 
 # The recipes' outputs, built once (cached) and shared by every test that

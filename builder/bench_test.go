@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -61,5 +62,82 @@ func BenchmarkBuildTestRecipe(b *testing.B) {
 	if cold > 0 {
 		b.Logf("cold %.1fs, warm %.1fs (%.3f of cold), touched unit %.1fs (%.3f of cold)",
 			cold.Seconds(), warm.Seconds(), warm.Seconds()/cold.Seconds(), touched.Seconds(), touched.Seconds()/cold.Seconds())
+	}
+}
+
+// BenchmarkArtifacts assembles every artifact of the test recipe from its
+// cached root tree (kernel, initrds, root image, stub), next to copying the
+// same number of bytes: the physical floor.
+func BenchmarkArtifacts(b *testing.B) {
+	requireTools(b, "mmdebstrap", "mksquashfs")
+	r, err := recipe.Load(filepath.Join(repoRoot(b), "recipes/test.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cacheDir := os.Getenv("OSB_CACHE_DIR")
+	if cacheDir == "" {
+		cacheDir = filepath.Join(os.TempDir(), "os-builder-test-cache")
+	}
+	warm := filepath.Join(b.TempDir(), "out")
+	m, err := Build(context.Background(), r, Options{OutputDir: warm, CacheDir: cacheDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Rebuild the inputs writeArtifacts takes from the cache entries.
+	store, err := cache.Open(cacheDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := lastArtifactInputs(b, store, r)
+	outputs, _ := parseOutputs(r.Outputs)
+	var total int64
+	for _, a := range m.Artifacts {
+		total += a.Size
+	}
+	b.Run("assemble", func(b *testing.B) {
+		b.SetBytes(total)
+		for i := 0; i < b.N; i++ {
+			dir := b.TempDir()
+			if _, err := writeArtifacts(context.Background(), outputs, in, dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("copy-floor", func(b *testing.B) {
+		b.SetBytes(total)
+		for i := 0; i < b.N; i++ {
+			dir := b.TempDir()
+			for _, a := range m.Artifacts {
+				if err := copyFile(filepath.Join(warm, a.Path), filepath.Join(dir, a.Path), 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// lastArtifactInputs finds the cached assemble and initrd outputs the last
+// build of r used.
+func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *artifactInputs {
+	dir := func(step string) string {
+		in, ok := store.Previous(r.Name, step)
+		if !ok {
+			b.Fatalf("no cached %s step", step)
+		}
+		p, ok := store.Lookup(in.Key())
+		if !ok {
+			b.Fatalf("cached %s step is gone", step)
+		}
+		return p
+	}
+	return &artifactInputs{
+		assembled:    dir("assemble"),
+		initrd:       filepath.Join(dir("initrd"), initrdFile),
+		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
+		cmdline:      r.Cmdline(),
+		epoch:        DefaultSourceDateEpoch,
+		name:         r.Name,
+		version:      r.Version,
+		arch:         r.Base.Architecture,
 	}
 }

@@ -13,6 +13,7 @@
 #   OS_IMAGES_INSECURE  1: plain HTTP (loopback hosts use HTTP anyway)
 #   BUILDER             builder command (default: go run ./cmd/builder)
 #   OUT_DIR             where outputs go (default: out/publish)
+#   BUILD_FLAGS         extra `builder build` flags, e.g. "--exclude-layer dpservice"
 #   GIT_SHA, GIT_BRANCH override what git reports (CI sets them)
 #   DRY_RUN             1: print the build and push commands, run none
 # Arguments: recipe files; default every recipes/*.yaml that is not a test
@@ -26,6 +27,7 @@ cd "$(dirname "$0")/.."
 registry=${OS_IMAGES_REGISTRY%/}
 read -r -a builder <<<"${BUILDER:-go run ./cmd/builder}"
 out_dir=${OUT_DIR:-out/publish}
+read -r -a build_flags <<<"${BUILD_FLAGS:-}"
 sha=${GIT_SHA:-$(git rev-parse HEAD)}
 sha=${sha:0:7}
 branch=${GIT_BRANCH:-$(git rev-parse --abbrev-ref HEAD)}
@@ -74,7 +76,7 @@ for recipe in "${recipes[@]}"; do
 	output="$out_dir/$name"
 	repo="$registry/os-images/$name"
 
-	run "${builder[@]}" build "$recipe" --output "$output"
+	run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --output "$output"
 	tags=("$version" "$version-$sha")
 	if [[ $branch == main ]]; then tags+=(latest); fi
 	# Pushing the same output again only re-tags: every blob is already there.

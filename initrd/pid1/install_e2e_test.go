@@ -2,10 +2,7 @@ package pid1_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,37 +15,51 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ironcore-dev/os-builder/diskimage"
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/diskfs/go-diskfs/partition/gpt"
+
 	"github.com/ironcore-dev/os-builder/internal/qemu"
-	"github.com/ironcore-dev/os-builder/uki"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/osimage"
 )
 
-// These tests boot the built test image (OSB_TEST_OUTPUT, e.g. out/test) with
-// an initrd made from this tree's init, so they test the init as it is now:
-// the image's kernel and root image, a slim initrd (no root image inside)
-// with the kernel modules of OSB_TEST_ROOTFS (the same kernel) and mke2fs
-// taken from the host (Debian, like the image).
+// These tests boot what the builder made of recipes/test.yaml (the output
+// directory named by OSB_TEST_OUTPUT, e.g. out/test), so the init under test
+// is the one in its initrds:
+//   - vmlinuz + initrd-noroot.img booted directly, with the root image or
+//     the disk image fetched over HTTP (slirp's host address 10.0.2.2);
+//   - disk.raw installed onto a blank virtual disk, which then boots alone
+//     through OVMF's removable-media path (EFI/BOOT/BOOTX64.EFI).
+// The image's os-builder-persist-probe.service (layer test-persist) prints
+// "osb-probe: boots=N", N counted in the persisted /var/lib/osb-persist-test,
+// and "osb-probe: outside=present|absent" for a marker file in /etc, outside
+// the persisted paths.
 
-// persistProbe is a test-only kernel command line for the installed UKI:
-// systemd runs it once per boot (systemd-run-generator). It counts boots in
-// a persisted directory and reports whether a file outside the persisted
-// paths survived. Only "$"-free shell: systemd would expand "$x".
-const persistProbe = `systemd.run="/bin/sh -c '` +
-	`mkdir -p /var/lib/osb-persist-test; echo boot >> /var/lib/osb-persist-test/boots; ` +
-	`(test -e /etc/osb-outside && echo osb-probe: outside=present || echo osb-probe: outside=absent) > /dev/console; ` +
-	`touch /etc/osb-outside; sync; ` +
-	"echo osb-probe: boots=`wc -l < /var/lib/osb-persist-test/boots` > /dev/console'\" " +
-	`systemd.run_success_action=none systemd.run_failure_action=none`
+const (
+	// probeDone is systemd's console line once the probe has counted the
+	// boot and synced: only then may a test kill the VM.
+	probeDone = "Finished os-builder-persist-probe.service"
+	// persistedPath is the test recipe's osb.persist path.
+	persistedPath = "/var/lib/osb-persist-test"
+	// targetSerial is the blank disk's virtio serial: the installer picks
+	// it by its udev-style id.
+	targetSerial = "osb-target"
+	// vmMemoryMB is every VM's RAM: memory mode holds the root image in it.
+	vmMemoryMB = 2048
+)
 
-const persistedPath = "/var/lib/osb-persist-test"
-
+// fixture is the output directory under test, served over HTTP.
 type fixture struct {
-	out, kernel, initrd string
-	dir                 string
-	url                 string // http://10.0.2.2:PORT, serving dir
-	diskImage, diskSHA  string
-	rootSHA             string
+	out            string // OSB_TEST_OUTPUT
+	kernel, initrd string // vmlinuz, initrd-noroot.img
+	url            string // http://10.0.2.2:PORT, serving out
+	diskImage      string
+	rootSHA        string // of root.squashfs, from manifest.json
+	diskSHA        string // of disk.raw, from manifest.json
+
+	mu sync.Mutex
+	// firstInstall is the installer's "wrote ... MB/s" line of the first
+	// complete install onto a blank disk, for TestInstallThroughput.
+	firstInstall string
 }
 
 var (
@@ -57,162 +68,132 @@ var (
 	fixtureErr  error
 )
 
-// TestMain removes the shared fixture's files after all tests.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared != nil {
-		os.RemoveAll(shared.dir)
-	}
-	os.Exit(code)
-}
-
-func needEnv(t *testing.T, name string) string {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s not set (CI needs it)", name)
-		}
-		t.Skipf("%s not set", name)
-	}
-	return v
-}
-
-// setup builds the slim initrd, a disk image whose UKI carries the probe,
-// and starts the HTTP server, once for all tests.
+// setup checks the host and OSB_TEST_OUTPUT and starts the HTTP server,
+// once for all tests. Missing prerequisites skip the test, or fail it in CI.
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	out := needEnv(t, "OSB_TEST_OUTPUT")
-	rootfs := needEnv(t, "OSB_TEST_ROOTFS")
-	for _, tool := range []string{qemu.Binary, "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s missing: %v", tool, err)
-		}
+	out := os.Getenv("OSB_TEST_OUTPUT")
+	if out == "" {
+		testutil.Missing(t, "OSB_TEST_OUTPUT not set (the builder's output directory of recipes/test.yaml)")
 	}
-	fixtureOnce.Do(func() { _, fixtureErr = buildFixture(out, rootfs) })
+	testutil.RequireTool(t, qemu.Binary)
+	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
+	fixtureOnce.Do(func() { shared, fixtureErr = newFixture(out) })
 	if fixtureErr != nil {
 		t.Fatal(fixtureErr)
 	}
 	return shared
 }
 
-func buildFixture(out, rootfs string) (*fixture, error) {
-	dir, err := os.MkdirTemp("", "osb-install-e2e-")
+func newFixture(out string) (*fixture, error) {
+	m, err := osimage.ReadManifest(out)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("OSB_TEST_OUTPUT=%s: %w", out, err)
 	}
-	f := &fixture{out: out, kernel: filepath.Join(out, "vmlinuz"), dir: dir}
-	shared = f // for TestMain's cleanup, even if a later step fails
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	initBin := filepath.Join(dir, "init")
-	if err := initrd.BuildInitBinary(ctx, initBin, "amd64"); err != nil {
-		return nil, err
+	byKind := map[osimage.ArtifactKind]osimage.Artifact{}
+	for _, a := range m.Artifacts {
+		byKind[a.Kind] = a
 	}
-	f.initrd = filepath.Join(dir, "initrd-slim.img")
-	err = initrd.Assemble(initrd.AssembleOptions{
-		Output: f.initrd, InitBinary: initBin, RootFS: rootfs,
-		Files: []string{"/sbin/mke2fs", "/etc/mke2fs.conf"}, FilesRoot: "/",
-		SourceDateEpoch: 1700000000,
-	})
-	if err != nil {
-		return nil, err
+	need := func(k osimage.ArtifactKind) (osimage.Artifact, error) {
+		a, ok := byKind[k]
+		if !ok {
+			return a, fmt.Errorf("%s/%s has no %s artifact; rebuild it with the current builder", out, osimage.ManifestFile, k)
+		}
+		if _, err := os.Stat(filepath.Join(out, a.Path)); err != nil {
+			return a, fmt.Errorf("%s artifact: %w", k, err)
+		}
+		return a, nil
 	}
-	stub, err := os.ReadFile("/usr/lib/systemd/boot/efi/linuxx64.efi.stub")
-	if err != nil {
-		return nil, err
+	f := &fixture{out: out}
+	for _, x := range []struct {
+		kind osimage.ArtifactKind
+		path *string
+		sha  *string
+	}{
+		{osimage.KindKernel, &f.kernel, nil},
+		{osimage.KindInitrdNoRoot, &f.initrd, nil},
+		{osimage.KindRootfs, nil, &f.rootSHA},
+		{osimage.KindDisk, &f.diskImage, &f.diskSHA},
+	} {
+		a, err := need(x.kind)
+		if err != nil {
+			return nil, err
+		}
+		if x.path != nil {
+			*x.path = filepath.Join(out, a.Path)
+		}
+		if x.sha != nil {
+			*x.sha = a.SHA256
+		}
 	}
-	kernel, err := os.ReadFile(f.kernel)
-	if err != nil {
-		return nil, err
-	}
-	slim, err := os.ReadFile(f.initrd)
-	if err != nil {
-		return nil, err
-	}
-	ukiPath := filepath.Join(dir, "uki.efi")
-	err = uki.BuildFile(ukiPath, uki.Options{
-		Stub: stub, Kernel: kernel, Initrd: slim,
-		Cmdline: "osb.root=partlabel:osb-root osb.persist=" + persistedPath + ",/etc/ssh console=ttyS0 " + persistProbe,
-	})
-	if err != nil {
-		return nil, err
-	}
-	f.diskImage = filepath.Join(dir, "disk.raw")
-	if err := diskimage.Write(f.diskImage, diskimage.Options{UKI: ukiPath, Root: filepath.Join(out, "root.squashfs"), Seed: "install-e2e"}); err != nil {
-		return nil, err
-	}
-	if err := os.Symlink(filepath.Join(out, "root.squashfs"), filepath.Join(dir, "root.squashfs")); err != nil {
-		return nil, err
-	}
-	if f.diskSHA, err = fileSHA256(f.diskImage); err != nil {
-		return nil, err
-	}
-	if f.rootSHA, err = fileSHA256(filepath.Join(out, "root.squashfs")); err != nil {
-		return nil, err
+	if base := filepath.Base(f.diskImage); base != "disk.raw" {
+		return nil, fmt.Errorf("disk artifact is %s, the tests fetch disk.raw", base)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listen for the artifact server: %w", err)
 	}
-	go http.Serve(ln, http.FileServer(http.Dir(dir)))
+	// Never closed: it serves every test of the binary and dies with it.
+	go http.Serve(ln, http.FileServer(http.Dir(out)))
 	f.url = "http://10.0.2.2:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	return f, nil
 }
 
-func fileSHA256(p string) (string, error) {
-	fh, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func blankDisk(t *testing.T, size int64) string {
+// blankDisk is a sparse, all-zero raw disk of 3 GiB: room for the image,
+// and for the osb-data partition the first disk boot creates behind it.
+func blankDisk(t *testing.T) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "target.raw")
 	fh, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	if err := fh.Truncate(size); err != nil {
+	if err := fh.Truncate(3 << 30); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-// installVM boots the installer onto disk, which it sees as a virtio disk
-// with serial "osb-target".
-func (f *fixture) installVM(t *testing.T, ctx context.Context, disk, sha string) *qemu.VM {
-	return qemu.StartT(t, ctx, qemu.Config{
-		UEFI: true, Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 1024, NoReboot: true,
-		Append: fmt.Sprintf("console=ttyS0 osb.mode=install osb.install.image=%s/disk.raw osb.install.sha256=%s osb.install.target=by-id:virtio-osb-target",
-			f.url, sha),
-		Net: &qemu.NetConfig{NoROM: true},
-		ExtraArgs: []string{
+// directBoot boots vmlinuz + initrd-noroot.img through OVMF with append
+// as the command line and a NIC on slirp; a guest reboot ends QEMU.
+func (f *fixture) directBoot(t *testing.T, ctx context.Context, append string, disk string, failure []string) *qemu.VM {
+	t.Helper()
+	cfg := qemu.Config{
+		UEFI: true, Kernel: f.kernel, Initrd: f.initrd, Append: append,
+		MemoryMB: vmMemoryMB, NoReboot: true,
+		Net:            &qemu.NetConfig{NoROM: true},
+		FailureMarkers: failure,
+	}
+	if disk != "" {
+		cfg.ExtraArgs = []string{
 			"-drive", "if=none,id=target,format=raw,file=" + disk,
-			"-device", "virtio-blk-pci,drive=target,serial=osb-target",
-		},
-		FailureMarkers: []string{"Kernel panic", "osb-init: FATAL"},
-	})
+			"-device", "virtio-blk-pci,drive=target,serial=" + targetSerial,
+		}
+	}
+	return qemu.StartT(t, ctx, cfg)
 }
 
-// install runs the installer to completion and returns its MB/s line.
+// installVM boots the installer for disk.raw onto disk.
+func (f *fixture) installVM(t *testing.T, ctx context.Context, disk string) *qemu.VM {
+	t.Helper()
+	return f.directBoot(t, ctx, fmt.Sprintf(
+		"console=ttyS0 osb.mode=install osb.install.image=%s/disk.raw osb.install.sha256=%s osb.install.target=by-id:virtio-%s",
+		f.url, f.diskSHA, targetSerial), disk, []string{"Kernel panic", "osb-init: FATAL"})
+}
+
+// install runs the installer onto disk to completion and returns its
+// "wrote ... MB/s" line.
 func (f *fixture) install(t *testing.T, disk string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := f.installVM(t, ctx, disk, f.diskSHA)
+	vm := f.installVM(t, ctx, disk)
 	if _, err := vm.WaitFor(ctx, "osb-init: install: rebooting"); err != nil {
 		t.Fatal(err)
 	}
-	select { // -no-reboot: the reboot ends QEMU
+	select { // -no-reboot: the guest's reboot ends QEMU
 	case <-vm.Done():
 	case <-ctx.Done():
 		t.Fatal("QEMU did not exit after the installer rebooted")
@@ -222,22 +203,57 @@ func (f *fixture) install(t *testing.T, disk string) string {
 	return line
 }
 
-// bootDisk boots disk through OVMF alone (no kernel, no network): the
-// firmware finds EFI/BOOT/BOOTX64.EFI on the ESP.
-func (f *fixture) bootDisk(t *testing.T, disk string, want ...string) *qemu.VM {
+// installBlank installs onto the blank disk and keeps the first such
+// install's rate for TestInstallThroughput.
+func (f *fixture) installBlank(t *testing.T, disk string) {
+	t.Helper()
+	line := f.install(t, disk)
+	f.mu.Lock()
+	if f.firstInstall == "" {
+		f.firstInstall = line
+	}
+	f.mu.Unlock()
+}
+
+// bootDisk boots disk alone through OVMF (no kernel, no network) until the
+// probe has counted the boot, and returns the console. The UKI on the ESP
+// carries the image's command line: root from partlabel:osb-root.
+func (f *fixture) bootDisk(t *testing.T, disk string, want ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: 2048})
-	for _, w := range append([]string{"root=partlabel:osb-root", "osb-init: root ready"}, want...) {
+	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: vmMemoryMB})
+	for _, w := range append([]string{"root=partlabel:osb-root", "osb-init: root ready"}, append(want, probeDone)...) {
 		if _, err := vm.WaitFor(ctx, w); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("disk boot reached %q after %v", want[len(want)-1], time.Since(start).Round(time.Second))
+	t.Logf("disk boot: probe done after %v: %s", time.Since(start).Round(time.Second),
+		strings.ReplaceAll(grepLines(qemu.StripANSI(vm.Console()), "osb-probe:"), "\n", "; "))
 	vm.Stop()
-	return vm
+	return qemu.StripANSI(vm.Console())
+}
+
+// partitionNames reads the primary GPT of a raw disk.
+func partitionNames(t *testing.T, disk string) []string {
+	t.Helper()
+	fh, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	table, err := gpt.Read(fh, 512, 512)
+	if err != nil {
+		t.Fatalf("read the GPT of %s: %v", disk, err)
+	}
+	var names []string
+	for _, p := range table.Partitions {
+		if p.Name != "" {
+			names = append(names, p.Name)
+		}
+	}
+	return names
 }
 
 // TestMemoryModeFromURL boots with the root image fetched over HTTP into
@@ -247,119 +263,144 @@ func TestMemoryModeFromURL(t *testing.T) {
 	t.Run("good digest", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
-		vm := qemu.StartT(t, ctx, qemu.Config{
-			UEFI: true, Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 2048, NoReboot: true,
-			Append: fmt.Sprintf("console=ttyS0 osb.root=%s/root.squashfs osb.root.sha256=%s", f.url, f.rootSHA),
-			Net:    &qemu.NetConfig{NoROM: true},
-		})
-		for _, w := range []string{"osb-init: network: eth", "verified", "osb-init: root ready", "Reached target multi-user.target"} {
+		start := time.Now()
+		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, f.rootSHA), "", nil)
+		for _, w := range []string{"osb-init: network: eth", "verified", "osb-init: root ready", "osb-probe: boots=1", "Reached target multi-user.target"} {
 			if _, err := vm.WaitFor(ctx, w); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Log(grepLines(vm.Console(), "osb-init: "))
+		t.Logf("multi-user.target after %v\n%s", time.Since(start).Round(time.Second), grepLines(vm.Console(), "osb-init: "))
 	})
 	t.Run("wrong digest", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		wrong := strings.Repeat("0", 64)
-		vm := qemu.StartT(t, ctx, qemu.Config{
-			UEFI: true, Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 2048, NoReboot: true,
-			Append:         fmt.Sprintf("console=ttyS0 osb.root=%s/root.squashfs osb.root.sha256=%s", f.url, wrong),
-			Net:            &qemu.NetConfig{NoROM: true},
-			FailureMarkers: []string{"Kernel panic", "osb-init: root ready"},
-		})
+		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, wrong), "",
+			[]string{"Kernel panic", "osb-init: root ready"})
 		if _, err := vm.WaitFor(ctx, "osb-init: FATAL"); err != nil {
 			t.Fatal(err)
 		}
-		vm.WaitFor(ctx, "refusing to use it")
+		if _, err := vm.WaitFor(ctx, "refusing to use it"); err != nil {
+			t.Fatal(err)
+		}
 		line := grepLines(vm.Console(), "osb-init: FATAL")
-		if !strings.Contains(line, "sha256 mismatch") || !strings.Contains(line, f.rootSHA) {
-			t.Errorf("FATAL line does not explain the mismatch: %q", line)
+		if !strings.Contains(line, "sha256 mismatch") || !strings.Contains(line, f.rootSHA) || !strings.Contains(line, wrong) {
+			t.Errorf("FATAL line does not name both digests: %q", line)
 		}
 	})
 }
 
-// TestInstallReinstallKeepsPersistedPaths installs onto a blank disk, boots
-// it (the init creates and formats osb-data, the probe counts boot 1),
-// reinstalls, boots again: the count in the persisted path goes on (2), a
-// file outside the persisted paths is gone.
+// TestInstallReinstallKeepsPersistedPaths installs onto a blank disk and
+// boots it (the init creates and formats osb-data, the probe counts boot
+// 1), reinstalls and boots again: the count in the persisted path goes on
+// (2) and a file outside the persisted paths is gone.
 func TestInstallReinstallKeepsPersistedPaths(t *testing.T) {
 	f := setup(t)
-	disk := blankDisk(t, 3<<30)
+	disk := blankDisk(t)
+	f.installBlank(t, disk)
+	if got := partitionNames(t, disk); strings.Join(got, ",") != "osb-esp,osb-root" {
+		t.Fatalf("installed disk has partitions %v, want osb-esp,osb-root", got)
+	}
+	first := f.bootDisk(t, disk, "persist: creating osb-data", "persist: "+persistedPath, "osb-probe: boots=1")
+	if !strings.Contains(first, "osb-probe: outside=absent") {
+		t.Errorf("first boot: %s", grepLines(first, "osb-probe"))
+	}
 	f.install(t, disk)
-	f.bootDisk(t, disk, "persist: creating osb-data", "osb-probe: boots=1")
-	f.install(t, disk)
-	vm := f.bootDisk(t, disk, "persist: "+persistedPath, "osb-probe: boots=2")
-	if strings.Contains(vm.Console(), "creating osb-data") {
+	if got := partitionNames(t, disk); strings.Join(got, ",") != "osb-esp,osb-root,osb-data" {
+		t.Fatalf("reinstalled disk has partitions %v, want osb-esp,osb-root,osb-data", got)
+	}
+	second := f.bootDisk(t, disk, "persist: "+persistedPath, "osb-probe: boots=2")
+	if strings.Contains(second, "creating osb-data") {
 		t.Error("the reinstall lost the data partition: it was created again")
 	}
-	if !strings.Contains(vm.Console(), "osb-probe: outside=absent") {
-		t.Errorf("a file outside the persisted paths survived: %s", grepLines(vm.Console(), "osb-probe"))
+	if !strings.Contains(second, "osb-probe: outside=absent") {
+		t.Errorf("a file outside the persisted paths survived: %s", grepLines(second, "osb-probe"))
 	}
 }
 
-// TestInstallInterrupted kills the VM while the installer writes, then
-// installs again: the second install must end in a disk that boots.
+// TestInstallInterrupted kills the installer while it writes, checks that
+// the half-written disk cannot boot (interim GPT, no ESP), then installs
+// again: that install must end in a disk that boots.
 func TestInstallInterrupted(t *testing.T) {
 	f := setup(t)
-	disk := blankDisk(t, 3<<30)
+	disk := blankDisk(t)
 	func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 		defer cancel()
-		vm := f.installVM(t, ctx, disk, f.diskSHA)
+		vm := f.installVM(t, ctx, disk)
 		if _, err := vm.WaitFor(ctx, "interim one"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := vm.WaitFor(ctx, "osb-init: fetch: "); err != nil { // a progress line: mid-write
+		// "fetch: X of Y (R MB/s)" is a progress line: mid-write.
+		if _, err := vm.WaitFor(ctx, " of "+f.diskSizeString(t)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second)
 		vm.Stop()
 		if strings.Contains(vm.Console(), "install: done") {
 			t.Fatal("the install finished before the VM was killed; the test proves nothing")
 		}
+		t.Logf("killed the installer at: %s", lastLine(grepLines(vm.Console(), "osb-init: fetch:")))
 	}()
-	// The killed disk must not boot: no ESP in its table.
-	func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: 1024, NoReboot: true,
-			FailureMarkers: []string{"osb-init: root ready"}})
-		if _, err := vm.WaitFor(ctx, "Shell>", "BdsDxe: No bootable option", "No bootable device", "Boot Failed", ">>Start PXE"); err != nil {
-			t.Logf("half-written disk: %v", err)
-		}
-		vm.Stop()
-	}()
-	f.install(t, disk)
-	// The probe runs as the default target's unit (systemd-run-generator
-	// replaces multi-user.target), so its line marks a finished boot.
-	f.bootDisk(t, disk, "osb-probe: boots=1")
+	// The interim table holds no partition (the disk was blank): firmware
+	// finds no ESP, and the next installer sees an os-builder disk.
+	if got := partitionNames(t, disk); len(got) != 0 {
+		t.Fatalf("the interrupted disk has partitions %v, want the empty interim table", got)
+	}
+	f.installBlank(t, disk)
+	f.bootDisk(t, disk, "persist: creating osb-data", "osb-probe: boots=1")
+}
+
+// diskSizeString is how the init prints disk.raw's size in progress lines.
+func (f *fixture) diskSizeString(t *testing.T) string {
+	t.Helper()
+	fi, err := os.Stat(f.diskImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20))
 }
 
 var mbps = regexp.MustCompile(`\(([0-9.]+) MB/s\)`)
 
-// TestInstallThroughput compares the installer's write rate with dd of the
-// same bytes on the host (the virtual disk's backing store).
+// TestInstallThroughput compares the installer's write rate (TCG guest,
+// HTTP over slirp, sha256, virtio-blk) with dd of the same bytes on the
+// host. It uses the first blank-disk install of this run, or does one.
 func TestInstallThroughput(t *testing.T) {
 	f := setup(t)
-	if _, err := exec.LookPath("dd"); err != nil {
-		t.Fatal(err)
+	testutil.RequireTool(t, "dd")
+	f.mu.Lock()
+	line := f.firstInstall
+	f.mu.Unlock()
+	if line == "" {
+		f.installBlank(t, blankDisk(t))
+		line = f.firstInstall
 	}
-	disk := blankDisk(t, 3<<30)
-	line := f.install(t, disk)
 	m := mbps.FindStringSubmatch(line)
 	if m == nil {
 		t.Fatalf("no rate in %q", line)
 	}
-	vmRate, _ := strconv.ParseFloat(m[1], 64)
+	vmRate, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	target := filepath.Join(t.TempDir(), "dd.raw")
 	start := time.Now()
 	out, err := exec.Command("dd", "if="+f.diskImage, "of="+target, "bs=4M", "conv=fsync", "status=none").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dd: %v: %s", err, out)
 	}
-	fi, _ := os.Stat(f.diskImage)
+	fi, err := os.Stat(f.diskImage)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ddRate := float64(fi.Size()) / 1e6 / time.Since(start).Seconds()
 	t.Logf("BENCH install %.1f MB/s (TCG guest, HTTP over slirp, sha256, virtio-blk) vs host dd %.1f MB/s: ratio %.2f", vmRate, ddRate, vmRate/ddRate)
+}
+
+func lastLine(s string) string {
+	if i := strings.LastIndex(s, "\n"); i >= 0 {
+		return s[i+1:]
+	}
+	return s
 }
