@@ -61,6 +61,29 @@ type Request struct {
 	// ArtifactBaseURL is where the server fetches artifacts: the artifact
 	// server's advertised base URL (e.g. http://10.0.0.5:8080).
 	ArtifactBaseURL string `json:"artifactBaseURL,omitempty"`
+	// Install says what the booted initrd does; the zero value runs the OS
+	// from memory with the root image inside the initrd (today's boots).
+	Install Install `json:"install,omitempty"`
+}
+
+// Install is what the booted initrd's init does with the OS, passed on the
+// kernel command line (docs/cmdline.md). Modes other than the default need a
+// command line of the driver's making, so they boot via pxe (iPXE script,
+// kernel + the initrd without root image): the UKI's and the ISO's command
+// lines are fixed when the image is built.
+type Install struct {
+	// Mode is memory (default) or disk: write the image's disk image to
+	// Target, then reboot into it (osb.mode=install).
+	Mode osimage.InstallMode `json:"mode,omitempty"`
+	// Target is the osb.install.target selector (by-id:ID, serial:S,
+	// path:/dev/NAME, size:MIN-MAX); required for disk, never guessed.
+	Target string `json:"target,omitempty"`
+	// Wipe allows overwriting a foreign partition table (osb.install.wipe=1).
+	Wipe bool `json:"wipe,omitempty"`
+	// RootURL (memory mode) fetches the root image from the artifact server
+	// (osb.root=URL, verified by its digest) instead of carrying it in the
+	// initrd: a ~10 MB initrd instead of one holding the whole root.
+	RootURL bool `json:"rootURL,omitempty"`
 }
 
 // StepKind names a step of a plan.
@@ -84,7 +107,10 @@ type Plan struct {
 	Image  string             `json:"image,omitempty"`
 	Method osimage.BootMethod `json:"method"`
 	Policy Policy             `json:"policy"`
-	Steps  []Step             `json:"steps"`
+	// Install is set only for a non-default install mode, so plans (and the
+	// digests saved states carry) of plain boots are unchanged.
+	Install *Install `json:"install,omitempty"`
+	Steps   []Step   `json:"steps"`
 }
 
 // Step is one action of a plan. Only the fields of its kind are set.
@@ -139,14 +165,25 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	if !slices.Contains([]Policy{NetworkBootOnce, NetworkBootAlways, None}, policy) {
 		return nil, fmt.Errorf("%w: unknown policy %q (want NetworkBootOnce, NetworkBootAlways or None)", ErrPlan, policy)
 	}
+	inst, err := resolveInstall(id, req.Install, policy)
+	if err != nil {
+		return nil, err
+	}
 	method := req.Method
+	if method == "" && inst != nil {
+		method = osimage.BootPXE
+	}
 	if method == "" {
 		method = id.Default
 	}
 	if method == "" {
 		return nil, fmt.Errorf("%w: image declares no boot method", ErrPlan)
 	}
-	if method == osimage.BootDisk {
+	if inst != nil {
+		if method != osimage.BootPXE {
+			return nil, fmt.Errorf("%w: install mode %s boots via pxe only (got method %s): %s", ErrPlan, inst, method, fixedCmdline(method))
+		}
+	} else if method == osimage.BootDisk {
 		// Disk boot boots what is installed: it needs nothing from the
 		// image but its consent.
 		if !slices.Contains(id.Methods, osimage.BootDisk) {
@@ -155,8 +192,11 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	} else if err := id.Supports(method); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
-	p := &Plan{Image: req.Image, Method: method, Policy: policy}
+	p := &Plan{Image: req.Image, Method: method, Policy: policy, Install: inst}
 	if policy == None {
+		if inst != nil {
+			return nil, fmt.Errorf("%w: install mode %s needs a network boot of the driver's making; policy None sets no boot override", ErrPlan, inst)
+		}
 		// No override, no media, no artifacts: whatever the server boots.
 		p.Steps = []Step{{Kind: StepPower}, {Kind: StepWaitEvidence}}
 		return p, nil
@@ -182,6 +222,14 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{uki}},
 			Step{Kind: StepCheckCapability, RequireTarget: TargetUefiHttp})
 	case osimage.BootPXE:
+		if inst != nil {
+			arts, script := installerBoot(base, id, inst)
+			once.Target = TargetPxe
+			p.Steps = append(p.Steps,
+				Step{Kind: StepPublishArtifacts, Artifacts: arts, Scripts: []Script{script}},
+				Step{Kind: StepCheckCapability, RequireTarget: TargetPxe})
+			break
+		}
 		kernel, initrd := publish(base, id, osimage.KindKernel), publish(base, id, osimage.KindInitrd)
 		script := IPXEScript(base, kernel, initrd, id.Cmdline)
 		once.Target = TargetPxe
@@ -209,6 +257,113 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 		p.Steps = append(p.Steps, Step{Kind: StepPinDisk, Override: &Override{Target: TargetHdd, Enabled: EnabledContinuous, Mode: "UEFI"}})
 	}
 	return p, nil
+}
+
+// String says what the installer does, for plans and messages.
+func (in *Install) String() string {
+	switch {
+	case in.Mode == osimage.InstallDisk && in.Wipe:
+		return "disk (target " + in.Target + ", wipe allowed)"
+	case in.Mode == osimage.InstallDisk:
+		return "disk (target " + in.Target + ")"
+	case in.RootURL:
+		return "memory, root image fetched by URL"
+	}
+	return "memory"
+}
+
+// resolveInstall checks the install request against the image and the
+// policy; nil means the default (memory, root inside the initrd).
+func resolveInstall(id *osimage.BootIdentity, in Install, policy Policy) (*Install, error) {
+	if in.Mode == "" {
+		in.Mode = osimage.InstallMemory
+	}
+	var need []osimage.ArtifactKind
+	switch in.Mode {
+	case osimage.InstallMemory:
+		if in.Target != "" || in.Wipe {
+			return nil, fmt.Errorf("%w: install target and wipe apply to install mode disk only", ErrPlan)
+		}
+		if !in.RootURL {
+			return nil, nil
+		}
+		need = []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrdNoRoot, osimage.KindRootfs}
+	case osimage.InstallDisk:
+		if in.RootURL {
+			return nil, fmt.Errorf("%w: root by URL applies to install mode memory only", ErrPlan)
+		}
+		if in.Target == "" {
+			return nil, fmt.Errorf("%w: install mode disk needs a target disk selector (by-id:, serial:, path:, size:); the installer never picks a disk itself", ErrPlan)
+		}
+		if strings.ContainsFunc(in.Target, func(r rune) bool { return r <= ' ' || r == '"' || r == '\'' || r == 0x7f }) {
+			return nil, fmt.Errorf("%w: install target %q must be one kernel command line word (no spaces, quotes or control characters)", ErrPlan, in.Target)
+		}
+		need = []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrdNoRoot, osimage.KindDisk}
+	default:
+		return nil, fmt.Errorf("%w: unknown install mode %q (want memory or disk)", ErrPlan, in.Mode)
+	}
+	if len(id.InstallModes) > 0 && !slices.Contains(id.InstallModes, in.Mode) {
+		return nil, fmt.Errorf("%w: image does not offer install mode %s (offers %v)", ErrPlan, in.Mode, id.InstallModes)
+	}
+	var missing []string
+	for _, k := range need {
+		if _, ok := id.Artifact(k); !ok {
+			missing = append(missing, string(k))
+		}
+	}
+	if len(missing) > 0 {
+		var have []string
+		for _, k := range id.Kinds() {
+			have = append(have, string(k))
+		}
+		return nil, fmt.Errorf("%w: install mode %s needs %s in the image, missing %s: it has %s", ErrPlan, &in,
+			joinKinds(need), strings.Join(missing, ", "), strings.Join(have, ", "))
+	}
+	return &in, nil
+}
+
+func joinKinds(ks []osimage.ArtifactKind) string {
+	var s []string
+	for _, k := range ks {
+		s = append(s, string(k))
+	}
+	return strings.Join(s, "+")
+}
+
+// fixedCmdline says why a method cannot carry the installer's parameters.
+func fixedCmdline(m osimage.BootMethod) string {
+	switch m {
+	case osimage.BootUEFIHTTP:
+		return "the UKI's command line is sealed into it at build time"
+	case osimage.BootVirtualMedia:
+		return "the ISO's command line is fixed at build time"
+	case osimage.BootDisk:
+		return "a disk boot boots what is installed"
+	}
+	return "only an iPXE script carries a command line of the driver's making"
+}
+
+// installerBoot publishes kernel, the initrd without root image and the
+// payload the init fetches (disk image or root image), and renders the iPXE
+// script whose command line tells the init what to do with it. BOOTIF names
+// the NIC iPXE booted from, so the init's DHCP tries it first.
+func installerBoot(base *url.URL, id *osimage.BootIdentity, in *Install) ([]PublishedArtifact, Script) {
+	kernel, initrd := publish(base, id, osimage.KindKernel), publish(base, id, osimage.KindInitrdNoRoot)
+	args := []string{strings.TrimSpace(id.Cmdline)}
+	var payload PublishedArtifact
+	if in.Mode == osimage.InstallDisk {
+		payload = publish(base, id, osimage.KindDisk)
+		args = append(args, "osb.mode=install", "osb.install.image="+payload.URL,
+			"osb.install.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"), "osb.install.target="+in.Target)
+		if in.Wipe {
+			args = append(args, "osb.install.wipe=1")
+		}
+	} else {
+		payload = publish(base, id, osimage.KindRootfs)
+		args = append(args, "osb.mode=memory", "osb.root="+payload.URL, "osb.root.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"))
+	}
+	args = append(args, "BOOTIF=01-${netX/mac:hexhyp}")
+	return []PublishedArtifact{kernel, initrd, payload}, IPXEScript(base, kernel, initrd, strings.Join(args, " "))
 }
 
 // ArtifactURL is where an artifact server with the given base URL serves a
@@ -242,6 +397,9 @@ func IPXEScript(base *url.URL, kernel, initrd PublishedArtifact, cmdline string)
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "image:  %s\nmethod: %s\npolicy: %s\n", p.Image, p.Method, p.Policy)
+	if p.Install != nil {
+		fmt.Fprintf(&b, "install: %s\n", p.Install)
+	}
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "%2d. %s", i+1, s.Kind)
 		switch s.Kind {

@@ -26,7 +26,8 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func identity(t testing.TB, anns map[string]string, mts ...string) (*osimage.BootIdentity, error) {
 	t.Helper()
 	titles := map[string]string{osimage.MediaTypeUKI: "uki.efi", osimage.MediaTypeKernel: "vmlinuz",
-		osimage.MediaTypeInitramfs: "initrd.img", osimage.MediaTypeISO: "image.iso", osimage.MediaTypeDisk: "disk.raw"}
+		osimage.MediaTypeInitramfs: "initrd.img", osimage.MediaTypeISO: "image.iso", osimage.MediaTypeDisk: "disk.raw",
+		osimage.MediaTypeInitramfsNoRoot: "initrd-noroot.img", osimage.MediaTypeSquashfs: "root.squashfs"}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	for i, mt := range mts {
 		l := static.NewLayer(bytes.Repeat([]byte{byte('a' + i)}, 100+i), types.MediaType(mt))
@@ -50,7 +51,8 @@ func fullIdentity(t *testing.T) *osimage.BootIdentity {
 	id, err := identity(t, map[string]string{
 		osimage.AnnotationBootMethods: "uefi-http,pxe,virtual-media,disk", osimage.AnnotationBootDefault: "uefi-http",
 		osimage.AnnotationCmdline: "console=ttyS0",
-	}, osimage.MediaTypeUKI, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeISO, osimage.MediaTypeDisk)
+	}, osimage.MediaTypeUKI, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeISO, osimage.MediaTypeDisk,
+		osimage.MediaTypeInitramfsNoRoot, osimage.MediaTypeSquashfs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +70,22 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An image as boot-operator-era tools make it: no initrd without root.
+	noNoRoot, err := identity(t, nil, osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeDisk, osimage.MediaTypeSquashfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDisk, err := identity(t, map[string]string{osimage.AnnotationInstallModes: "memory,disk"},
+		osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeInitramfsNoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memoryOnly, err := identity(t, map[string]string{osimage.AnnotationInstallModes: "memory"},
+		osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeInitramfsNoRoot, osimage.MediaTypeDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diskInstall := Install{Mode: osimage.InstallDisk, Target: "serial:osb-disk0"}
 	tests := []struct {
 		name      string
 		id        *osimage.BootIdentity
@@ -93,6 +111,38 @@ func TestResolve(t *testing.T) {
 		{"unknown policy", id, Request{Policy: "Sometimes"}, "", "unknown policy"},
 		{"no artifact server", id, Request{}, "", "needs an artifact server URL"},
 		{"bad artifact server", id, Request{ArtifactBaseURL: "ftp://x"}, "", "not an http(s) URL"},
+		{"install disk defaults to pxe", id, Request{Install: diskInstall, ArtifactBaseURL: "http://art:8080"},
+			"publish-artifacts check-capability set-override power-on-or-restart wait-evidence pin-disk", ""},
+		{"install disk always", id, Request{Install: diskInstall, Method: "pxe", Policy: NetworkBootAlways, ArtifactBaseURL: "http://art:8080"},
+			"publish-artifacts check-capability set-override power-on-or-restart wait-evidence", ""},
+		{"root by url", id, Request{Install: Install{RootURL: true}, ArtifactBaseURL: "http://art:8080"},
+			"publish-artifacts check-capability set-override power-on-or-restart wait-evidence pin-disk", ""},
+		{"explicit memory is the default", id, Request{Install: Install{Mode: osimage.InstallMemory}, Method: "pxe", ArtifactBaseURL: "http://art:8080"},
+			"publish-artifacts check-capability set-override power-on-or-restart wait-evidence pin-disk", ""},
+		{"install over uefi-http", id, Request{Install: diskInstall, Method: "uefi-http", ArtifactBaseURL: "http://art:8080"}, "",
+			"boots via pxe only (got method uefi-http): the UKI's command line is sealed"},
+		{"install over virtual media", id, Request{Install: diskInstall, Method: "virtual-media", ArtifactBaseURL: "http://art:8080"}, "",
+			"the ISO's command line is fixed"},
+		{"install over disk", id, Request{Install: diskInstall, Method: "disk"}, "", "boots via pxe only"},
+		{"install without target", id, Request{Install: Install{Mode: osimage.InstallDisk}, ArtifactBaseURL: "http://art:8080"}, "",
+			"needs a target disk selector"},
+		{"install target with space", id, Request{Install: Install{Mode: osimage.InstallDisk, Target: "path:/dev/vda osb.install.wipe=1"}, ArtifactBaseURL: "http://art:8080"}, "",
+			"must be one kernel command line word"},
+		{"install without initrd-noroot", noNoRoot, Request{Install: diskInstall, ArtifactBaseURL: "http://art:8080"}, "",
+			"needs kernel+initrd-noroot+disk in the image, missing initrd-noroot: it has disk, initrd, kernel, rootfs"},
+		{"install without disk image", noDisk, Request{Install: diskInstall, ArtifactBaseURL: "http://art:8080"}, "",
+			"missing disk: it has initrd, initrd-noroot, kernel"},
+		{"root url without root image", noDisk, Request{Install: Install{RootURL: true}, ArtifactBaseURL: "http://art:8080"}, "",
+			"missing rootfs"},
+		{"image without install mode disk", memoryOnly, Request{Install: diskInstall, ArtifactBaseURL: "http://art:8080"}, "",
+			"does not offer install mode disk (offers [memory])"},
+		{"install under policy none", id, Request{Install: diskInstall, Policy: None}, "", "policy None sets no boot override"},
+		{"install without artifact server", id, Request{Install: diskInstall}, "", "needs an artifact server URL"},
+		{"target in memory mode", id, Request{Install: Install{Target: "path:/dev/vda"}, ArtifactBaseURL: "http://art:8080"}, "",
+			"apply to install mode disk only"},
+		{"root url in disk mode", id, Request{Install: Install{Mode: osimage.InstallDisk, Target: "serial:x", RootURL: true}, ArtifactBaseURL: "http://art:8080"}, "",
+			"root by URL applies to install mode memory only"},
+		{"unknown install mode", id, Request{Install: Install{Mode: "tape"}}, "", "unknown install mode"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,6 +195,57 @@ func TestPlanGolden(t *testing.T) {
 				t.Errorf("plan text differs from %s:\n%s", golden, got.String())
 			}
 		})
+	}
+}
+
+// TestPlanGoldenInstall pins the plans of the install modes: the iPXE
+// script's command line is the contract with the init (docs/cmdline.md).
+func TestPlanGoldenInstall(t *testing.T) {
+	id := fullIdentity(t)
+	for name, in := range map[string]Install{
+		"install-disk":    {Mode: osimage.InstallDisk, Target: "by-id:virtio-osb-disk0", Wipe: true},
+		"memory-root-url": {RootURL: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Resolve(id, Request{Image: testImage, Install: in, ArtifactBaseURL: "http://10.0.0.5:8080"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := p.WriteText(&got); err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "plan-pxe-"+name+".txt")
+			if *update {
+				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got.String() != string(want) {
+				t.Errorf("plan text differs from %s:\n%s", golden, got.String())
+			}
+		})
+	}
+}
+
+// TestInstallKeepsPlainPlanDigest: a default Install leaves the plan (and
+// so the digest saved states carry) as it was before install modes existed.
+func TestInstallKeepsPlainPlanDigest(t *testing.T) {
+	id := fullIdentity(t)
+	a, err := Resolve(id, Request{Method: "pxe", ArtifactBaseURL: "http://a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Resolve(id, Request{Method: "pxe", ArtifactBaseURL: "http://a", Install: Install{Mode: osimage.InstallMemory}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Digest() != b.Digest() || a.Install != nil {
+		t.Errorf("explicit memory mode changed the plan: %s vs %s", a.Digest(), b.Digest())
 	}
 }
 

@@ -9,21 +9,11 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-// testOutput is the test recipe's output directory, built by `make
-// test-image` before `go test` and named by $OSB_TEST_OUTPUT.
-func testOutput(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("OSB_TEST_OUTPUT")
-	if dir == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OSB_TEST_OUTPUT unset: run tests through `make test`")
-		}
-		t.Skip("OSB_TEST_OUTPUT unset: run `make test-image` and set it")
-	}
-	return dir
-}
+// testOutput is the test recipe's output directory.
+func testOutput(t *testing.T) string { return testutil.Output(t, testutil.TestOutputEnv) }
 
 // TestBootLiveKernelInitrd boots the test recipe's kernel + initrd in QEMU
 // with OVMF: the init must mount the root image under an overlay and hand

@@ -17,21 +17,12 @@ import (
 
 	"github.com/ironcore-dev/os-builder/ignition"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-// hypervisorOutput is recipes/hypervisor.yaml's output directory, named by
-// $OSB_HYPERVISOR_OUTPUT (built with --exclude-layer dpservice here).
-func hypervisorOutput(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("OSB_HYPERVISOR_OUTPUT")
-	if dir == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OSB_HYPERVISOR_OUTPUT unset: build recipes/hypervisor.yaml and set it")
-		}
-		t.Skip("OSB_HYPERVISOR_OUTPUT unset: run `bin/builder build recipes/hypervisor.yaml --exclude-layer dpservice --output out/hypervisor` and set it")
-	}
-	return dir
-}
+// hypervisorOutput is recipes/hypervisor.yaml's output directory (built
+// with --exclude-layer dpservice here).
+func hypervisorOutput(t *testing.T) string { return testutil.Output(t, testutil.HypervisorOutputEnv) }
 
 // testSSHKey is a well-formed (throw-away) ed25519 public key line.
 func testSSHKey() string {

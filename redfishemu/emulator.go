@@ -64,6 +64,10 @@ type Options struct {
 	// OnPowerOff is called, outside the emulator's lock, when the system
 	// powers off (ForceOff, GracefulShutdown) while it was on.
 	OnPowerOff func()
+	// OnNew is called by New with the new emulator, so a lower tier
+	// attached to these Options can report what the system does by itself
+	// (SystemReset).
+	OnNew func(*Emulator)
 }
 
 // Emulator is one emulated BMC.
@@ -111,6 +115,9 @@ func New(opts Options) *Emulator {
 		tasks:    map[string]int{},
 	}
 	e.routes()
+	if opts.OnNew != nil {
+		opts.OnNew(e)
+	}
 	return e
 }
 
@@ -149,6 +156,22 @@ func (e *Emulator) PowerOn() {
 	ev := e.bootLocked()
 	e.mu.Unlock()
 	e.fire(ev)
+}
+
+// SystemReset is a reset the system does by itself (the OS rebooting, a
+// watchdog): if the system is on it boots again, the override in effect
+// applying as at a ForceRestart (a consumed Once no longer does), and OnBoot
+// fires. A system that is off stays off. It reports whether it booted.
+func (e *Emulator) SystemReset() bool {
+	e.mu.Lock()
+	if e.power != "On" {
+		e.mu.Unlock()
+		return false
+	}
+	ev := e.bootLocked()
+	e.mu.Unlock()
+	e.fire(ev)
+	return true
 }
 
 func (e *Emulator) supermicro() bool { return strings.EqualFold(e.opts.Manufacturer, "Supermicro") }

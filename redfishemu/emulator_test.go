@@ -195,3 +195,40 @@ func TestPowerHooks(t *testing.T) {
 		t.Errorf("events = %q, want %q", events, want)
 	}
 }
+
+// TestSystemReset: a reset the system does by itself boots again only while
+// it is on, and a consumed Once override no longer applies.
+func TestSystemReset(t *testing.T) {
+	var events []BootEvent
+	var self *Emulator
+	e := New(Options{OnBoot: func(ev BootEvent) { events = append(events, ev) }, OnNew: func(e *Emulator) { self = e }})
+	if self != e {
+		t.Fatal("OnNew did not get the emulator")
+	}
+	if e.SystemReset() || len(events) != 0 {
+		t.Fatalf("a system that is off reset itself: %+v", events)
+	}
+	sys := system(t, connect(t, e, true))
+	if err := sys.SetBoot(redfish.Boot{BootSourceOverrideTarget: redfish.PxeBootSourceOverrideTarget,
+		BootSourceOverrideEnabled: redfish.OnceBootSourceOverrideEnabled}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sys.Reset(redfish.OnResetType); err != nil {
+		t.Fatal(err)
+	}
+	if !e.SystemReset() {
+		t.Fatal("SystemReset of a running system did not boot")
+	}
+	if err := sys.Reset(redfish.ForceOffResetType); err != nil {
+		t.Fatal(err)
+	}
+	if e.SystemReset() {
+		t.Error("SystemReset booted after ForceOff")
+	}
+	if want := []BootEvent{{Target: "Pxe"}, {Target: "Hdd"}}; !slices.Equal(events, want) {
+		t.Errorf("events %+v, want %+v", events, want)
+	}
+	if got := e.Boots(); len(got) != 2 {
+		t.Errorf("boots %+v", got)
+	}
+}

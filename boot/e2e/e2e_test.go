@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,4 +287,85 @@ func TestQEMUBoots(t *testing.T) {
 		e.mu.Unlock()
 		t.Logf("network boot once then disk in %s", time.Since(start).Round(time.Second))
 	})
+}
+
+// TestQEMUInstall installs the image on the VM's blank disk through the
+// driver (install mode disk, NetworkBootOnce): iPXE boots the installer
+// (kernel + initrd without root image), which fetches disk.raw from the
+// artifact server, writes it to the disk selected by its virtio serial and
+// reboots by itself; the QEMU tier turns that into a system reset, and as
+// the Once override is used up the node comes up from disk, fetching
+// nothing. A re-run of the driver with the saved state installs nothing.
+func TestQEMUInstall(t *testing.T) {
+	e := newEnv(t)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	b := newBMC(t, redfishemu.Options{}, "") // a blank disk
+	p, err := boot.Resolve(e.identity, boot.Request{Image: e.ref.String(), Policy: boot.NetworkBootOnce, ArtifactBaseURL: e.artURL,
+		Install: boot.Install{Mode: osimage.InstallDisk, Target: "serial:" + qemutier.DefaultDiskSerial}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Method != osimage.BootPXE {
+		t.Fatalf("install plan boots via %s, want pxe", p.Method)
+	}
+	b.machine.SetPXEBootFile(p.Steps[0].Scripts[0].URL)
+	st := &boot.State{}
+	drive := func() {
+		t.Helper()
+		if err := e.driver().Run(ctx, b.connect(t, ctx), p, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drive()
+
+	installer, err := b.machine.WaitBoot(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"iPXE", "osb-init: starting: mode=install", "osb-init: install: target",
+		"is blank", "osb-init: install: wrote", "osb-init: install: done", "osb-init: install: rebooting"} {
+		if _, err := installer.VM.WaitFor(ctx, w); err != nil {
+			t.Fatalf("installer: %v", err)
+		}
+	}
+	installed := time.Now()
+	before := e.requestCount()
+	t.Logf("installed in %s: %s", installed.Sub(start).Round(time.Second),
+		lineWith(qemu.StripANSI(installer.VM.Console()), "osb-init: install: wrote"))
+
+	// No driver call in between: the guest's own reboot boots the disk.
+	expectConsole(t, ctx, b.machine, 2, "root=partlabel:osb-root", "osb-probe: boots=1")
+	if boots := b.emu.Boots(); len(boots) != 2 || boots[0].Target != "Pxe" || boots[1].Target != "Hdd" {
+		t.Errorf("emulator boots = %+v, want Pxe then Hdd", boots)
+	}
+	if c, _ := st.Condition(boot.ConditionDiskPinned); c.Status != boot.ConditionTrue {
+		t.Errorf("DiskPinned = %+v", c)
+	}
+
+	// Re-running the driver with the saved state installs nothing.
+	drive()
+	if n := b.machine.Boots(); n != 2 {
+		t.Errorf("QEMU started %d times, want 2", n)
+	}
+	if s := b.emu.State(); s.PowerState != "On" || s.OverrideTarget != boot.TargetHdd {
+		t.Errorf("emulator state after re-run: %+v", s)
+	}
+	e.mu.Lock()
+	if after := e.requests[before:]; len(after) != 0 {
+		t.Errorf("the disk boot fetched from the artifact server: %v", after)
+	}
+	e.mu.Unlock()
+	t.Logf("install + disk boot to multi-user in %s (disk boot %s)", time.Since(start).Round(time.Second),
+		time.Since(installed).Round(time.Second))
+}
+
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }

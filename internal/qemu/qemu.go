@@ -46,6 +46,9 @@ type Config struct {
 	UEFI bool
 	// Disks are raw images attached as virtio disks, in order.
 	Disks []string
+	// DiskSerials are the virtio serials of Disks, by index (missing or
+	// empty: none); the guest sees /dev/disk/by-id/virtio-SERIAL.
+	DiskSerials []string
 	// CDROM is an ISO attached as an IDE (AHCI on q35) CD-ROM.
 	CDROM string
 	// MemoryMB defaults to 1024.
@@ -167,12 +170,16 @@ func (cfg *Config) Args(varsFile string) []string {
 		return fmt.Sprintf(",bootindex=%d", next-1)
 	}
 	for i, d := range cfg.Disks {
-		if cfg.BootFrom == "" {
+		serial := ""
+		if i < len(cfg.DiskSerials) && cfg.DiskSerials[i] != "" {
+			serial = ",serial=" + cfg.DiskSerials[i]
+		}
+		if cfg.BootFrom == "" && serial == "" {
 			args = append(args, "-drive", fmt.Sprintf("if=virtio,format=raw,index=%d,file=%s", i, d))
 			continue
 		}
 		args = append(args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d),
-			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d%s", i, bootIndex(BootFromDisk, i == 0)))
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d%s%s", i, serial, bootIndex(BootFromDisk, i == 0)))
 	}
 	if cfg.CDROM != "" {
 		if cfg.BootFrom == "" {
@@ -445,6 +452,15 @@ func (vm *VM) Stop() {
 
 // Done is closed when QEMU has exited.
 func (vm *VM) Done() <-chan struct{} { return vm.done }
+
+// ExitErr is QEMU's exit error once Done is closed (nil: it exited with
+// status 0, e.g. the guest rebooted under NoReboot or powered off); before
+// that it is nil too.
+func (vm *VM) ExitErr() error {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.waitErr
+}
 
 func (vm *VM) cleanup() {
 	if vm.logFile != nil {

@@ -76,6 +76,23 @@ func TestArgsBootFrom(t *testing.T) {
 	}
 }
 
+func TestArgsDiskSerials(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no boot order", Config{Disks: []string{"/d0", "/d1"}, DiskSerials: []string{"s0"}},
+			"-drive if=none,id=disk0,format=raw,file=/d0 -device virtio-blk-pci,drive=disk0,serial=s0 -drive if=virtio,format=raw,index=1,file=/d1"},
+		{"boot order", Config{Disks: []string{"/d0"}, DiskSerials: []string{"s0"}, BootFrom: BootFromDisk},
+			"-device virtio-blk-pci,drive=disk0,serial=s0,bootindex=0"},
+	} {
+		if got := strings.Join(tc.cfg.Args(""), " "); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: args lack %q:\n%s", tc.name, tc.want, got)
+		}
+	}
+}
+
 func TestFirstOf(t *testing.T) {
 	for _, tc := range []struct {
 		s, want string

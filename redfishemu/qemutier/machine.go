@@ -11,7 +11,13 @@
 //	otherwise   the system's own disk
 //
 // The disk is a raw file in Config.Dir that persists across power cycles;
-// ForceOff stops QEMU. The guest reaches the host's loopback as 10.0.2.2
+// ForceOff stops QEMU. QEMU runs with -no-reboot, so a guest reboot (an
+// installer's reboot(2)) ends it; the machine then reports a system reset to
+// the emulator (Emulator.SystemReset), which boots again with the override
+// now in effect, as firmware would after a warm reset: a consumed Once
+// override no longer applies, so an installer's reboot boots the disk. A
+// guest poweroff looks the same to QEMU (exit status 0) and is also treated
+// as a reset; a QEMU that fails (non-zero exit) leaves the machine off. The guest reaches the host's loopback as 10.0.2.2
 // (slirp), so artifact servers listen on 127.0.0.1 and advertise 10.0.2.2;
 // the emulated BMC, being on the host, maps 10.0.2.2 back to 127.0.0.1 when
 // it downloads media.
@@ -41,6 +47,10 @@ const (
 	DefaultMemoryMB         = 2048
 	DefaultHTTPBootMemoryMB = 3072 // OVMF loads the whole UKI into a RAM disk
 	DefaultIPXEROM          = "/usr/lib/ipxe/qemu/efi-virtio.rom"
+	// DefaultDiskSerial is the disk's virtio serial: the guest sees
+	// /dev/disk/by-id/virtio-osb-disk0, an installer selects it with
+	// osb.install.target=serial:osb-disk0.
+	DefaultDiskSerial = "osb-disk0"
 	// SlirpHost is the address the guest reaches the host's loopback at.
 	SlirpHost = "10.0.2.2"
 )
@@ -52,6 +62,8 @@ type Config struct {
 	Dir string
 	// DiskSize is the size of a fresh (sparse) disk; default 4 GiB.
 	DiskSize int64
+	// DiskSerial is the disk's virtio serial; default DefaultDiskSerial.
+	DiskSerial string
 	// MemoryMB is the guest RAM; default 2048. HTTPBootMemoryMB applies to
 	// UefiHttp boots instead; default 3072.
 	MemoryMB, HTTPBootMemoryMB int
@@ -84,6 +96,7 @@ type Machine struct {
 	done   chan struct{}
 
 	mu      sync.Mutex
+	emu     *redfishemu.Emulator // bound by Attach; receives system resets
 	pxeFile string
 	vm      *qemu.VM
 	boots   []*Boot
@@ -98,6 +111,9 @@ func New(cfg Config) (*Machine, error) {
 	}
 	if cfg.DiskSize == 0 {
 		cfg.DiskSize = DefaultDiskSize
+	}
+	if cfg.DiskSerial == "" {
+		cfg.DiskSerial = DefaultDiskSerial
 	}
 	if cfg.MemoryMB == 0 {
 		cfg.MemoryMB = DefaultMemoryMB
@@ -186,9 +202,18 @@ func (m *Machine) SetPXEBootFile(u string) {
 	m.mu.Unlock()
 }
 
-// Attach makes the emulator drive the machine, keeping hooks already set.
+// Attach makes the emulator drive the machine, keeping hooks already set;
+// the emulator made from o receives the machine's own resets.
 func (m *Machine) Attach(o *redfishemu.Options) {
-	prevBoot, prevOff := o.OnBoot, o.OnPowerOff
+	prevBoot, prevOff, prevNew := o.OnBoot, o.OnPowerOff, o.OnNew
+	o.OnNew = func(e *redfishemu.Emulator) {
+		if prevNew != nil {
+			prevNew(e)
+		}
+		m.mu.Lock()
+		m.emu = e
+		m.mu.Unlock()
+	}
 	o.OnBoot = func(ev redfishemu.BootEvent) {
 		if prevBoot != nil {
 			prevBoot(ev)
@@ -204,16 +229,22 @@ func (m *Machine) Attach(o *redfishemu.Options) {
 }
 
 // run handles power events in order: the BMC's HTTP answer must not wait for
-// a VM to start (or an ISO to download).
+// a VM to start (or an ISO to download). It also watches the running VM: one
+// that ends by itself was reset (or crashed) from inside.
 func (m *Machine) run() {
 	defer close(m.done)
+	var exited <-chan struct{} // the running VM's Done; nil while off
 	for {
 		select {
 		case <-m.ctx.Done():
 			m.stopVM()
 			return
+		case <-exited:
+			exited = nil
+			m.guestExited()
 		case ev := <-m.events:
 			m.stopVM()
+			exited = nil
 			if ev == nil {
 				m.cfg.Logf("qemu: powered off")
 				continue
@@ -225,7 +256,37 @@ func (m *Machine) run() {
 			close(m.changed)
 			m.changed = make(chan struct{})
 			m.mu.Unlock()
+			if b.VM != nil {
+				exited = b.VM.Done()
+			}
 		}
+	}
+}
+
+// guestExited handles a QEMU that ended without the machine stopping it.
+// Under -no-reboot a clean exit is the guest resetting: the emulator boots
+// the system again (its OnBoot queues the event this loop handles next),
+// unless it was powered off meanwhile. The ended VM stays readable through
+// the Boot that started it.
+func (m *Machine) guestExited() {
+	m.mu.Lock()
+	vm, emu := m.vm, m.emu
+	m.vm = nil
+	m.mu.Unlock()
+	if vm == nil {
+		return
+	}
+	vm.Stop() // reaps QEMU's temporary files
+	if err := vm.ExitErr(); err != nil {
+		m.cfg.Logf("qemu: exited by itself (%v); the machine stays off until the next power action", err)
+		return
+	}
+	if emu == nil {
+		m.cfg.Logf("qemu: guest reset, but no emulator is attached; the machine stays off")
+		return
+	}
+	if emu.SystemReset() {
+		m.cfg.Logf("qemu: guest reset; booting again as the emulator's state says")
 	}
 }
 
@@ -243,6 +304,7 @@ func (m *Machine) stopVM() {
 func (m *Machine) boot(ev redfishemu.BootEvent) *Boot {
 	b := &Boot{Event: ev}
 	cfg := qemu.Config{UEFI: true, MemoryMB: m.cfg.MemoryMB, Disks: []string{m.DiskPath()},
+		DiskSerials: []string{m.cfg.DiskSerial}, NoReboot: true,
 		SerialLog: m.ConsoleLog(), BootFrom: qemu.BootFromDisk,
 		// A NIC without boot file: the installed OS has a network, but a
 		// disk boot fetches nothing.

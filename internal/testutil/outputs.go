@@ -1,0 +1,29 @@
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// Build outputs that `make test` builds before `go test` and names in the
+// environment, for the tests that boot real images.
+const (
+	// TestOutputEnv names recipes/test.yaml's output directory.
+	TestOutputEnv = "OSB_TEST_OUTPUT"
+	// HypervisorOutputEnv names recipes/hypervisor.yaml's output directory.
+	HypervisorOutputEnv = "OSB_HYPERVISOR_OUTPUT"
+)
+
+// Output returns the build output directory named by env, or stops the
+// test by the Missing rule (skip on a developer machine, fail in CI).
+func Output(t testing.TB, env string) string {
+	t.Helper()
+	dir := os.Getenv(env)
+	if dir == "" {
+		Missing(t, "%s unset: run the tests through `make test` (or `make test-image` and set it)", env)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("%s=%s: %v", env, dir, err)
+	}
+	return dir
+}
