@@ -252,10 +252,11 @@ func TestInstallKeepsPlainPlanDigest(t *testing.T) {
 // FuzzResolve feeds arbitrary identity annotations and requests: whatever
 // osimage reads must resolve or fail with ErrPlan, never panic.
 func FuzzResolve(f *testing.F) {
-	f.Add("uefi-http,pxe", "pxe", "pxe", "http://a", osimage.MediaTypeKernel, osimage.MediaTypeInitramfs)
-	f.Add("", "", "", "http://a", osimage.MediaTypeUKI, osimage.MediaTypeDisk)
-	f.Add(",,", "disk", "floppy", "ftp://x", "x", "")
-	f.Fuzz(func(t *testing.T, methods, def, method, base, mt1, mt2 string) {
+	f.Add("uefi-http,pxe", "pxe", "pxe", "http://a", osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, "", "")
+	f.Add("", "", "", "http://a", osimage.MediaTypeUKI, osimage.MediaTypeDisk, "", "")
+	f.Add(",,", "disk", "floppy", "ftp://x", "x", "", "tape", "")
+	f.Add("", "", "", "http://a", osimage.MediaTypeInitramfsNoRoot, osimage.MediaTypeDisk, "disk", "serial:x")
+	f.Fuzz(func(t *testing.T, methods, def, method, base, mt1, mt2, mode, target string) {
 		anns := map[string]string{}
 		if methods != "" {
 			anns[osimage.AnnotationBootMethods] = methods
@@ -267,7 +268,8 @@ func FuzzResolve(f *testing.F) {
 		if err != nil {
 			return
 		}
-		p, err := Resolve(id, Request{Method: osimage.BootMethod(method), ArtifactBaseURL: base})
+		p, err := Resolve(id, Request{Method: osimage.BootMethod(method), ArtifactBaseURL: base,
+			Install: Install{Mode: osimage.InstallMode(mode), Target: target}})
 		if err != nil {
 			if !errors.Is(err, ErrPlan) {
 				t.Fatalf("Resolve: %v", err)
@@ -276,6 +278,9 @@ func FuzzResolve(f *testing.F) {
 		}
 		if len(p.Steps) == 0 {
 			t.Fatal("empty plan")
+		}
+		if p.Install != nil && (p.Method != osimage.BootPXE || strings.ContainsAny(p.Install.Target, " \t\n")) {
+			t.Fatalf("install plan %+v boots via %s", p.Install, p.Method)
 		}
 	})
 }

@@ -39,6 +39,8 @@ type usageError struct{ error }
 
 type options struct {
 	bmc, image, method, policy      string
+	install, installTarget          string
+	installWipe, rootURL            bool
 	listen, advertise, cacheDir     string
 	stateFile, credentialsFile      string
 	jsonOut, insecureSkipVerify     bool
@@ -61,6 +63,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
 	pf.StringVar(&o.method, "method", "", "force a boot method the image supports: uefi-http, pxe, virtual-media, disk")
 	pf.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
+	pf.StringVar(&o.install, "install", "", "install mode: memory (default: run from RAM) or disk (write the image to --install-target, then boot it); boots via pxe")
+	pf.StringVar(&o.installTarget, "install-target", "", "target disk selector for --install disk: by-id:ID, serial:S, path:/dev/NAME, size:MIN-MAX")
+	pf.BoolVar(&o.installWipe, "install-wipe", false, "let --install disk overwrite a foreign partition table")
+	pf.BoolVar(&o.rootURL, "root-url", false, "memory mode: fetch the root image from the artifact server (pxe, initrd without root image)")
 	pf.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
 	pf.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
 	pf.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "serverboot-cache"), "artifact blob cache directory")
@@ -168,8 +174,11 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, name.Reference, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, ref, err)
 	}
-	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy)}
-	if req.Policy != boot.None && req.Method != osimage.BootDisk && (req.Method != "" || id.Default != osimage.BootDisk) {
+	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
+		Install: boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL}}
+	fetches := o.rootURL || req.Install.Mode == osimage.InstallDisk
+	network := req.Method != osimage.BootDisk && (req.Method != "" || id.Default != osimage.BootDisk || fetches)
+	if req.Policy != boot.None && network {
 		if req.ArtifactBaseURL, err = o.advertiseURL(); err != nil {
 			return nil, nil, err
 		}

@@ -1,0 +1,55 @@
+package builder
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// TestTrixieBuildsAndBoots builds the test recipe on Debian trixie instead
+// of bookworm (a newer systemd, kernel and merged /usr) and boots its live
+// kernel + initrd to multi-user.
+func TestTrixieBuildsAndBoots(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
+	if testing.Short() {
+		t.Skip("builds an image")
+	}
+	tree := copyRecipeTree(t)
+	path := filepath.Join(tree, "recipes/test.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trixie := strings.Replace(string(b), "release: bookworm", "release: trixie", 1)
+	trixie = strings.Replace(trixie, "name: test\n", "name: test-trixie\n", 1)
+	if trixie == string(b) {
+		t.Fatal("test recipe names no bookworm release to replace")
+	}
+	path = filepath.Join(tree, "recipes/test-trixie.yaml")
+	if err := os.WriteFile(path, []byte(trixie), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipe.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Outputs = []string{"pxe"}
+	out := filepath.Join(tree, "out")
+	m, err := Build(context.Background(), r, Options{OutputDir: out, CacheDir: sharedCacheDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OSRelease["VERSION_CODENAME"] != "trixie" {
+		t.Fatalf("built %q, want trixie", m.OSRelease["VERSION_CODENAME"])
+	}
+	bootAndExpect(t, qemu.Config{
+		Kernel: filepath.Join(out, fileKernel),
+		Initrd: filepath.Join(out, fileInitrd),
+		Append: m.Cmdline,
+	}, "Debian GNU/Linux 13")
+}
