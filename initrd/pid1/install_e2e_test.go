@@ -35,9 +35,12 @@ import (
 // the persisted paths.
 
 const (
-	// probeDone is systemd's console line once the probe has counted the
-	// boot and synced: only then may a test kill the VM.
-	probeDone = "Finished os-builder-persist-probe.service"
+	// probeDone ends systemd's "Finished ... - os-builder persisted-path
+	// probe." line, printed once the probe has counted the boot and synced:
+	// only then may a test kill the VM. systemd shortens the unit name to
+	// the console's width, never the description; "Starting" lines end in
+	// "probe..." instead, and the serial console ends lines with "\r\n".
+	probeDone = "persisted-path probe.\r"
 	// persistedPath is the test recipe's osb.persist path.
 	persistedPath = "/var/lib/osb-persist-test"
 	// targetSerial is the blank disk's virtio serial: the installer picks
@@ -72,10 +75,7 @@ var (
 // once for all tests. Missing prerequisites skip the test, or fail it in CI.
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	out := os.Getenv("OSB_TEST_OUTPUT")
-	if out == "" {
-		testutil.Missing(t, "OSB_TEST_OUTPUT not set (the builder's output directory of recipes/test.yaml)")
-	}
+	out := testutil.Output(t, testutil.TestOutputEnv)
 	testutil.RequireTool(t, qemu.Binary)
 	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
 	fixtureOnce.Do(func() { shared, fixtureErr = newFixture(out) })
@@ -85,10 +85,56 @@ func setup(t *testing.T) *fixture {
 	return shared
 }
 
-func newFixture(out string) (*fixture, error) {
+// TestMain removes the fixture's snapshot after all tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if snapshotDir != "" {
+		os.RemoveAll(snapshotDir)
+	}
+	os.Exit(code)
+}
+
+// snapshotDir holds hard links to the output directory's files.
+var snapshotDir string
+
+// snapshot hard-links the files of out into a new directory and returns
+// it, or out itself when it cannot (another file system). The builder
+// replaces an output directory as a whole, so a rebuild while the tests run
+// (developers share out/test) leaves the linked files, which match the
+// linked manifest.json, as they were.
+func snapshot(out string) string {
+	dir, err := os.MkdirTemp("", "osb-e2e-output-")
+	if err != nil {
+		return out
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		os.RemoveAll(dir)
+		return out
+	}
+	// manifest.json first: files linked after it are of the same build
+	// unless a swap falls in between.
+	names := []string{osimage.ManifestFile}
+	for _, e := range entries {
+		if e.Type().IsRegular() && e.Name() != osimage.ManifestFile {
+			names = append(names, e.Name())
+		}
+	}
+	for _, name := range names {
+		if err := os.Link(filepath.Join(out, name), filepath.Join(dir, name)); err != nil {
+			os.RemoveAll(dir)
+			return out
+		}
+	}
+	snapshotDir = dir
+	return dir
+}
+
+func newFixture(env string) (*fixture, error) {
+	out := snapshot(env)
 	m, err := osimage.ReadManifest(out)
 	if err != nil {
-		return nil, fmt.Errorf("OSB_TEST_OUTPUT=%s: %w", out, err)
+		return nil, fmt.Errorf("OSB_TEST_OUTPUT=%s: %w", env, err)
 	}
 	byKind := map[osimage.ArtifactKind]osimage.Artifact{}
 	for _, a := range m.Artifacts {
@@ -97,7 +143,7 @@ func newFixture(out string) (*fixture, error) {
 	need := func(k osimage.ArtifactKind) (osimage.Artifact, error) {
 		a, ok := byKind[k]
 		if !ok {
-			return a, fmt.Errorf("%s/%s has no %s artifact; rebuild it with the current builder", out, osimage.ManifestFile, k)
+			return a, fmt.Errorf("%s/%s has no %s artifact; rebuild it with the current builder", env, osimage.ManifestFile, k)
 		}
 		if _, err := os.Stat(filepath.Join(out, a.Path)); err != nil {
 			return a, fmt.Errorf("%s artifact: %w", k, err)
