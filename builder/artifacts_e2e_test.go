@@ -68,7 +68,20 @@ func TestBootUKIFromESP(t *testing.T) {
 // takes the root image from the osb-root partition.
 func TestBootDisk(t *testing.T) {
 	out := testOutput(t)
-	bootAndExpect(t, qemu.Config{Disks: []string{filepath.Join(out, fileDisk)}, ExtraArgs: []string{"-snapshot"}}, "root=partlabel:osb-root")
+	// A server's disk is larger than the image: the room after osb-root is
+	// where the init creates the data partition for persisted paths.
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(out, fileDisk), disk); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, fi.Size()+1<<30); err != nil {
+		t.Fatal(err)
+	}
+	bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root", "persist: creating osb-data", "osb-probe: boots=1")
 }
 
 // TestBootISO boots image.iso as a CD, the way Redfish Virtual Media
