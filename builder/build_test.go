@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -83,7 +85,9 @@ func TestRebuildAfterUnitChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(unit, append(b, "# touched by TestRebuildAfterUnitChange\n"...), 0o644); err != nil {
+	// A new comment each run: the shared cache has seen every earlier one.
+	touch := fmt.Sprintf("# touched by TestRebuildAfterUnitChange at %d\n", time.Now().UnixNano())
+	if err := os.WriteFile(unit, append(b, touch...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	log, m := build()
