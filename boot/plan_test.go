@@ -3,8 +3,6 @@ package boot
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,10 +14,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // identity reads, through osimage.ReadIdentity, an image with one small
 // layer per media type (titled like the builder's files) and anns.
@@ -182,18 +179,7 @@ func TestPlanGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden := filepath.Join("testdata", "plan-"+string(m)+".txt")
-			if *update {
-				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got.String() != string(want) {
-				t.Errorf("plan text differs from %s:\n%s", golden, got.String())
-			}
+			testutil.Golden(t, golden, got.Bytes())
 		})
 	}
 }
@@ -216,18 +202,7 @@ func TestPlanGoldenInstall(t *testing.T) {
 				t.Fatal(err)
 			}
 			golden := filepath.Join("testdata", "plan-pxe-"+name+".txt")
-			if *update {
-				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got.String() != string(want) {
-				t.Errorf("plan text differs from %s:\n%s", golden, got.String())
-			}
+			testutil.Golden(t, golden, got.Bytes())
 		})
 	}
 }

@@ -34,7 +34,6 @@ type bootstrapStep struct {
 	r        *recipe.Recipe
 	packages []string
 	epoch    int64
-	log      *Reporter
 }
 
 func (s *bootstrapStep) Name() string { return "bootstrap" }

@@ -127,7 +127,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
-	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch, log: b.log}
+	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
 	bootIn, err := boot.Inputs()
 	if err != nil {
 		return nil, err
