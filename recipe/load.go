@@ -3,11 +3,13 @@ package recipe
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Defaults applied by Load to fields a recipe leaves empty.
@@ -21,10 +23,17 @@ const (
 	DefaultGoPackage    = "."
 )
 
+// MaxFileSize bounds recipe, layer and unit files: they are read whole,
+// and a recipe naming a huge file must fail, not exhaust memory.
+const MaxFileSize = 1 << 20
+
 // sources records the parsed documents behind a loaded recipe.
 type sources struct {
 	recipe *document
 	layers map[*Layer]*document
+	// tree is the recipe's tree with symlinks resolved: files[].source
+	// must stay inside it (see checkSource).
+	tree string
 }
 
 // Load reads the recipe at path, resolves its layers and their includes,
@@ -38,9 +47,13 @@ func Load(path string) (*Recipe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recipe %s: %w", path, err)
 	}
-	data, err := readRegular(abs)
+	data, _, err := readRegular(abs)
 	if err != nil {
 		return nil, &Error{File: displayPath(abs), Msg: "cannot read recipe: " + ioMsg(err), Err: err}
+	}
+	tree, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return nil, &Error{File: displayPath(abs), Msg: "cannot resolve the recipe's directory: " + ioMsg(err), Err: err}
 	}
 
 	var p problems
@@ -51,11 +64,11 @@ func Load(path string) (*Recipe, error) {
 	}
 	r.Path = abs
 	r.Resolved = nil
-	r.src = &sources{recipe: doc, layers: map[*Layer]*document{}}
+	r.src = &sources{recipe: doc, layers: map[*Layer]*document{}, tree: tree}
 	applyRecipeDefaults(r)
 	validateRecipe(r, doc, &p)
 
-	res := resolver{r: r, p: &p, seen: map[string]bool{}}
+	res := resolver{r: r, p: &p, seen: map[fileID]bool{}}
 	for i, layerPath := range r.Layers {
 		if layerPath != "" {
 			res.resolve(relativeTo(filepath.Dir(abs), layerPath), doc, fmt.Sprintf("layers[%d]", i), nil)
@@ -114,31 +127,39 @@ func applyLayerDefaults(l *Layer) {
 type resolver struct {
 	r    *Recipe
 	p    *problems
-	seen map[string]bool // layer files already visited, by absolute path
+	seen map[fileID]bool // layer files already visited
+}
+
+// includer is a layer file whose includes are being resolved.
+type includer struct {
+	id   fileID
+	path string // as reached, for messages
 }
 
 // resolve loads the layer file at abs, named by field of the document from,
 // after its includes. stack holds the files whose includes are being
-// resolved, to detect cycles.
-func (res *resolver) resolve(abs string, from *document, field string, stack []string) {
-	if i := slices.Index(stack, abs); i >= 0 {
-		chain := append(slices.Clone(stack[i:]), abs)
-		for j, c := range chain {
-			chain[j] = res.r.relPath(c)
-		}
-		res.p.addf(from, field, "include cycle: %s", strings.Join(chain, " -> "))
-		return
-	}
-	if res.seen[abs] {
-		return // applied once, at its first position
-	}
-	res.seen[abs] = true
-
-	data, err := readRegular(abs)
+// resolved, to detect cycles. Files are told apart by identity, not by
+// path: through symlinked directories one file has endless paths.
+func (res *resolver) resolve(abs string, from *document, field string, stack []includer) {
+	data, id, err := readRegular(abs)
 	if err != nil {
 		res.p.add(from, field, err, fmt.Sprintf("layer file %s: %s", res.r.relPath(abs), ioMsg(err)))
 		return
 	}
+	if i := slices.IndexFunc(stack, func(inc includer) bool { return inc.id == id }); i >= 0 {
+		var chain []string
+		for _, inc := range stack[i:] {
+			chain = append(chain, res.r.relPath(inc.path))
+		}
+		chain = append(chain, res.r.relPath(abs))
+		res.p.addf(from, field, "include cycle: %s", strings.Join(chain, " -> "))
+		return
+	}
+	if res.seen[id] {
+		return // applied once, at its first position
+	}
+	res.seen[id] = true
+
 	layer := &Layer{}
 	doc := decodeDocument(abs, data, layer, res.p)
 	if doc == nil {
@@ -147,7 +168,7 @@ func (res *resolver) resolve(abs string, from *document, field string, stack []s
 	layer.Path = abs
 	applyLayerDefaults(layer)
 
-	stack = append(stack[:len(stack):len(stack)], abs)
+	stack = append(stack[:len(stack):len(stack)], includer{id, abs})
 	for j, inc := range layer.Include {
 		field := fmt.Sprintf("include[%d]", j)
 		if inc == "" {
@@ -228,15 +249,37 @@ func ioMsg(err error) string {
 	return err.Error()
 }
 
-// readRegular reads a file, refusing devices, FIFOs and directories (a
-// recipe naming /dev/zero must fail, not hang).
-func readRegular(path string) ([]byte, error) {
-	info, err := os.Stat(path)
+// fileID identifies a file whatever path reaches it.
+type fileID struct{ dev, ino uint64 }
+
+// readRegular reads a file of at most MaxFileSize bytes and returns its
+// identity, refusing devices, FIFOs and directories (a recipe naming
+// /dev/zero must fail, not hang). It opens without blocking and checks the
+// opened file, so what is checked is what is read.
+func readRegular(path string) ([]byte, fileID, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, fileID{}, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fileID{}, err
 	}
 	if !info.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: errors.New("not a regular file")}
+		return nil, fileID{}, &fs.PathError{Op: "read", Path: path, Err: errors.New("not a regular file")}
 	}
-	return os.ReadFile(path)
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, fileID{}, &fs.PathError{Op: "stat", Path: path, Err: errors.New("no device and inode number")}
+	}
+	// Read one byte more than allowed: the size may change after Stat.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fileID{}, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, fileID{}, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("larger than %d bytes, the limit for recipe files", MaxFileSize)}
+	}
+	return data, fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
 }

@@ -212,6 +212,7 @@ func TestLoadErrors(t *testing.T) {
 		{"oci-without-digest", `layer.yaml:3: oci[0].image: "ghcr.io/example/tools:v1" must be pinned by digest`},
 		{"go-latest", `layer.yaml:4: go[0].version: "latest" is not an exact module version`},
 		{"bad-mode", `layer.yaml:5: files[0].mode: "0999" is not an octal mode`},
+		{"source-outside-tree", `layer.yaml:4: files[0].source: "../../units/hello.service" resolves to testdata/units/hello.service, outside the recipe's tree testdata/errors/source-outside-tree`},
 		{"exclude-missing", `recipe.yaml:7: exclude[1]: no layer named "nope" (layers: l)`},
 		{"bad-values", `recipe.yaml:5: base.release: "sid" is not supported (one of: bookworm, trixie)`},
 		{"user-conflict", `b.yaml:3: users[0]: user "app" is defined differently at testdata/errors/user-conflict/a.yaml:3`},

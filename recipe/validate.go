@@ -167,8 +167,15 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 		case filepath.IsAbs(f.Source):
 			p.addf(doc, field+".source", "%q must be relative to the layer file", f.Source)
 		default:
-			if _, err := os.Stat(filepath.Join(dir, f.Source)); err != nil {
-				p.add(doc, field+".source", err, fmt.Sprintf("%s: %s", r.relPath(filepath.Join(dir, f.Source)), ioMsg(err)))
+			src := filepath.Join(dir, f.Source)
+			info, err := r.checkSource(src)
+			switch {
+			case errors.Is(err, ErrOutsideTree):
+				p.add(doc, field+".source", err, fmt.Sprintf("%q %v", f.Source, err))
+			case err != nil:
+				p.add(doc, field+".source", err, fmt.Sprintf("%s: %s", r.relPath(src), ioMsg(err)))
+			case info.Mode()&fs.ModeSymlink != 0 && f.Mode != "":
+				p.addf(doc, field+".mode", "%s is a symlink, copied as a link: it has no mode of its own", r.relPath(src))
 			}
 		}
 		checkImagePath(p, doc, field+".destination", f.Destination)
@@ -285,7 +292,14 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 
 // checkUnit reads a unit file once for all layers naming it.
 func checkUnit(abs, unitName, unitsDir string) unitCheck {
-	data, err := readRegular(abs)
+	// A unit is copied with its contents, so a link in the units directory
+	// must not lead out of it.
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil && !within(dir, real) {
+			return unitCheck{err: fmt.Sprintf("unit %q is a link to %s, outside %s", unitName, real, unitsDir)}
+		}
+	}
+	data, _, err := readRegular(abs)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return unitCheck{err: fmt.Sprintf("unit %q not found in %s", unitName, unitsDir)}
@@ -408,4 +422,31 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// ErrOutsideTree is a files[].source that leads out of the recipe's tree.
+var ErrOutsideTree = errors.New("outside the recipe's tree")
+
+// checkSource checks that the file source src exists inside the recipe's
+// tree and returns what it is (Lstat). The directories on the way are
+// resolved, symlinks and all; the source itself is not followed, because
+// the builder copies a symlink as a link (cp -a): its target names a path
+// in the image, not a host file.
+func (r *Recipe) checkSource(src string) (fs.FileInfo, error) {
+	parent, err := filepath.EvalSymlinks(filepath.Dir(src))
+	if err != nil {
+		return nil, err
+	}
+	real := filepath.Join(parent, filepath.Base(src))
+	if !within(r.src.tree, real) {
+		return nil, fmt.Errorf("resolves to %s, %w %s", displayPath(real), ErrOutsideTree, displayPath(r.src.tree))
+	}
+	return os.Lstat(real)
+}
+
+// within reports whether path is dir or below it; both must be clean and
+// absolute.
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
