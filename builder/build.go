@@ -86,6 +86,11 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 	if opts.OutputDir == "" {
 		opts.OutputDir = filepath.Join("out", r.Name)
 	}
+	// The swap at the end deletes what the output held: refuse now, not
+	// after an hour of building.
+	if err := CheckOutputDir(opts.OutputDir); err != nil {
+		return nil, err
+	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = DefaultCacheDir()
 	}
@@ -266,6 +271,9 @@ func (b *build) publish(ctx context.Context, outputs outputSet, art *artifactInp
 	}
 	if err := os.Chmod(stage, 0o755); err != nil {
 		return nil, err
+	}
+	if err := CheckOutputDir(final); err != nil {
+		return nil, err // filled while this build ran
 	}
 	if err := swapInto(stage, final); err != nil {
 		return nil, fmt.Errorf("output %s: %w", final, err)

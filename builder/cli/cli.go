@@ -98,7 +98,11 @@ func newBuild(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Build a recipe's artifacts into an output directory",
 		Long: `Build runs the recipe's steps (bootstrap, sources, assemble, initrd,
 artifacts), reusing cached step outputs whose inputs are unchanged, and
-swaps the finished output directory into place in one rename.`,
+swaps the finished output directory into place in one rename.
+
+The output directory must be new, empty or an earlier output of this
+builder (its manifest.json lists every file in it); anything else is
+refused before the build starts, because the swap deletes what it held.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := loadRecipe(args[0], exclude)
@@ -107,6 +111,9 @@ swaps the finished output directory into place in one rename.`,
 			}
 			opts.Progress = stderr
 			m, err := builder.Build(cmd.Context(), r, opts)
+			if errors.Is(err, builder.ErrOutputNotOurs) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -122,7 +129,7 @@ swaps the finished output directory into place in one rename.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVarP(&opts.OutputDir, "output", "o", "", "output directory (default out/<recipe name>)")
+	f.StringVarP(&opts.OutputDir, "output", "o", "", "output directory: new, empty or an earlier output (default out/<recipe name>)")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "cache directory (default $OSB_CACHE_DIR or ~/.cache/os-builder)")
 	f.BoolVar(&opts.NoCache, "no-cache", false, "run every step; neither read nor fill the cache")
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
