@@ -10,8 +10,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"slices"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/diskimage"
