@@ -25,8 +25,17 @@ func FuzzLoad(f *testing.F) {
 		}
 		f.Add(recipe, layer)
 	}
-	f.Add([]byte("name: x\nversion: \"1\"\nbase: {distribution: debian}\nunitsDir: units\nlayers: [layer.yaml]\n"),
+	f.Add([]byte(minimalRecipe+"layers: [layer.yaml]\n"),
 		[]byte("name: l\ninclude: [layer.yaml]\nunits: [{name: hello.service, enable: true}]\nfiles: [{source: f.txt, destination: /f}]\n"))
+
+	// The paths through symlinks that must neither escape the tree nor loop:
+	// "self" links to the tree itself, "up" out of it.
+	f.Add([]byte(minimalRecipe+"layers: [self/layer.yaml, layer.yaml]\n"),
+		[]byte("name: l\ninclude: [self/self/layer.yaml]\n"))
+	f.Add([]byte(minimalRecipe+"layers: [layer.yaml]\n"),
+		[]byte("name: l\nfiles:\n  - {source: up/etc/passwd, destination: /a}\n  - {source: ../../../etc/passwd, destination: /b}\n  - {source: self/link, destination: /c, mode: \"0644\"}\n"))
+	f.Add([]byte(minimalRecipe+"layers: [layer.yaml]\n"),
+		[]byte("name: l\nfiles: [{source: self/f.txt, destination: /f}, {source: link, destination: /l}]\nunits: [{name: out.service}]\n"))
 
 	// One directory for all inputs: creating and removing a tree per input
 	// makes the fuzzer I/O-bound. Load only reads, so reusing it is safe.
@@ -41,6 +50,15 @@ func FuzzLoad(f *testing.F) {
 	}
 	write(f, "f.txt", []byte("x"))
 	write(f, "units/hello.service", []byte("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"))
+	for name, target := range map[string]string{"self": ".", "up": "..", "link": "/etc/passwd", "units/out.service": "/etc/passwd"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	tree, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
 
 	f.Fuzz(func(t *testing.T, recipe, layer []byte) {
 		write(t, "recipe.yaml", recipe)
@@ -59,7 +77,12 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 		r.Packages()
-		r.Files()
+		for _, file := range r.Files() {
+			parent, err := filepath.EvalSymlinks(filepath.Dir(file.Source))
+			if err != nil || !within(tree, filepath.Join(parent, filepath.Base(file.Source))) {
+				t.Errorf("accepted source %s outside the tree %s (%v)", file.Source, tree, err)
+			}
+		}
 		r.Units()
 		r.Users()
 		r.Groups()
