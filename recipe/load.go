@@ -141,6 +141,11 @@ type includer struct {
 // resolved, to detect cycles. Files are told apart by identity, not by
 // path: through symlinked directories one file has endless paths.
 func (res *resolver) resolve(abs string, from *document, field string, stack []includer) {
+	// A layer is read whole, like a file source: it must be in the tree.
+	if real, err := filepath.EvalSymlinks(abs); err == nil && !within(res.r.src.tree, real) {
+		res.p.add(from, field, ErrOutsideTree, fmt.Sprintf("layer file %s resolves to %s, %v %s", res.r.relPath(abs), displayPath(real), ErrOutsideTree, displayPath(res.r.src.tree)))
+		return
+	}
 	data, id, err := readRegular(abs)
 	if err != nil {
 		res.p.add(from, field, err, fmt.Sprintf("layer file %s: %s", res.r.relPath(abs), ioMsg(err)))

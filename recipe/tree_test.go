@@ -191,3 +191,29 @@ func TestOversizedLayerFile(t *testing.T) {
 		t.Fatalf("Load = %v, want the size refused", err)
 	}
 }
+
+// TestLayerFilesStayInTree: layer files are read from the host like file
+// sources, so they too must resolve inside the recipe's tree.
+func TestLayerFilesStayInTree(t *testing.T) {
+	outside := writeTree(t, map[string]string{"config.json": `{"auths": {"registry": {"auth": "c2VjcmV0"}}}`})
+	dir := writeTree(t, map[string]string{
+		"tree/recipe.yaml":    minimalRecipe + "layers: [../outside.yaml, layers/l.yaml]\n",
+		"tree/layers/l.yaml":  "name: l\ninclude: [creds/config.json, shared/ok.yaml]\n",
+		"tree/layers/creds":   "->" + outside,
+		"tree/layers/shared":  "->../common",
+		"tree/common/ok.yaml": "name: ok\n",
+		"outside.yaml":        "name: outside\n",
+	})
+	_, err := Load(filepath.Join(dir, "tree/recipe.yaml"))
+	for _, want := range []string{
+		"recipe.yaml:5: layers[0]: layer file ../outside.yaml resolves to " + dir + "/outside.yaml, outside the recipe's tree " + dir + "/tree",
+		"l.yaml:2: include[0]: layer file layers/creds/config.json resolves to " + outside + "/config.json, outside the recipe's tree",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load = %v, want an error containing %q", err, want)
+		}
+	}
+	if err != nil && (strings.Contains(err.Error(), "auths") || strings.Contains(err.Error(), "ok.yaml")) {
+		t.Errorf("error reads the file outside or refuses the one inside: %v", err)
+	}
+}
