@@ -10,7 +10,7 @@ HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
 	mtools xorriso dosfstools binutils systemd ca-certificates git
 
-.PHONY: setup build builder test bench hypervisor test-image vet fmt-check clean
+.PHONY: setup build builder test bench fuzz hypervisor test-image vet fmt-check clean
 
 setup: ## install host packages (idempotent)
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -43,6 +43,12 @@ fmt-check:
 test: setup fmt-check vet test-image ## everything CI runs
 	OSB_TEST_OUTPUT=$(CURDIR)/out/test OSB_HYPERVISOR_OUTPUT=$(CURDIR)/out/hypervisor \
 		$(GO) test -timeout 80m ./...
+	FUZZTIME=$(FUZZTIME) ci/fuzz.sh
+
+# Every fuzz target for FUZZTIME each: generated inputs, not just the seeds.
+FUZZTIME ?= 10s
+fuzz:
+	FUZZTIME=$(FUZZTIME) ci/fuzz.sh
 
 bench: setup builder ## benchmarks (see README)
 	OSB_TEST_OUTPUT=$(CURDIR)/out/test $(GO) test -run '^$$' -bench . -benchtime 1x ./...
