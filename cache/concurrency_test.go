@@ -153,8 +153,10 @@ func TestSweeperInAnotherPIDNamespaceSparesLiveFill(t *testing.T) {
 	dir := t.TempDir()
 	self, _ := filepath.Abs(os.Args[0])
 	run := "-test.run=^TestSweeperInAnotherPIDNamespaceSparesLiveFill$"
-	// sh stays PID 1 of the filler's namespace, so the filler is PID 2.
-	filler := exec.Command(unshare, "-p", "-f", "--mount-proc", "--kill-child", "sh", "-c", `"$0" "$1"; :`, self, run)
+	// The filler runs as PID ~200 of its namespace, as a build in a busy
+	// container would; the sweeper's namespace has no such PID.
+	filler := exec.Command(unshare, "-p", "-f", "--mount-proc", "--kill-child", "sh", "-c",
+		`i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i+1)); done; "$0" "$1" & wait`, self, run)
 	startChild(t, filler, "fill-and-hang", dir)
 	defer func() { filler.Process.Kill(); filler.Wait() }()
 	waitFor(t, filepath.Join(dir, "ready"))
