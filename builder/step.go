@@ -68,9 +68,13 @@ func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
 	} else {
 		r.log.explain(s.Name(), "not built before")
 	}
-	dir, err := r.store.Fill(ctx, s.Name(), in, func(dir string) error { return s.Run(ctx, dir) })
+	ran := false
+	dir, err := r.store.Fill(ctx, s.Name(), in, func(dir string) error { ran = true; return s.Run(ctx, dir) })
 	if err != nil {
 		return "", err
+	}
+	if !ran { // a concurrent build filled it while this one waited
+		r.log.cached(s.Name())
 	}
 	r.remember(s.Name(), in)
 	return dir, nil
