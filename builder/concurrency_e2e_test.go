@@ -233,14 +233,23 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	killedAt := time.Now()
 	victim.cmd.Process.Kill()
 	<-victim.done
+	took := 0
 	for i, b := range builds {
 		b.wait(t, fmt.Sprintf("build %d after the kill", i))
 		if got := artifactDigests(t, b.out); !reflect.DeepEqual(got, want) {
 			t.Errorf("build %d after the kill made other artifacts:\n%v\n%v", i, got, want)
 		}
+		if b.stepLine("assemble", "built in") {
+			took++
+		}
 	}
+	if took != 1 {
+		t.Errorf("after the kill, %d waiting builds computed assemble, want 1", took)
+	}
+	t.Logf("killed the filler mid-assemble; the waiters finished %.0fs later", time.Since(killedAt).Seconds())
 	if _, err := os.Stat(filepath.Join(tree, "victim", osimage.ManifestFile)); err == nil {
 		t.Error("the killed build wrote an output")
 	}
