@@ -98,13 +98,17 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 	if err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp(filepath.Join(opts.CacheDir, "tmp"), fmt.Sprintf("%d-work-", os.Getpid()))
+	// The work directory is locked, not named by PID: a build sweeping the
+	// shared cache from another PID namespace must see it as live.
+	tmp, err := store.NewTemp("work")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
+	defer tmp.Remove()
+	work := tmp.Path
 
 	log := NewReporter(opts.Progress, opts.Verbose)
+	store.Log = log.Infof
 	var runner Runner = plainRunner{work: work}
 	if !opts.NoCache {
 		runner = cachedRunner{store: store, scope: r.Name, log: log}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -15,7 +14,7 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const goBuildVersion = "2"
+const goBuildVersion = "3"
 
 // goBuildStep builds one Go program from a pinned module version with
 // `go build -trimpath`, inside the module as published: its own go.mod
@@ -23,6 +22,11 @@ const goBuildVersion = "2"
 // go.sum checks every dependency download, as `go install pkg@version`
 // would. The module itself is checked against the recipe's pinned sum, or
 // the checksum database when none is pinned.
+//
+// The output depends on the toolchain and environment the go command runs
+// with, not on the Go that compiled the builder: the step pins what it can
+// (goBuildEnv) and keys on what the go command reports it will use
+// (toolchainInputs).
 type goBuildStep struct {
 	g    recipe.GoBuild
 	arch string
@@ -39,9 +43,103 @@ func (s *goBuildStep) Inputs() (cache.Inputs, error) {
 	in.Add("cgo", strconv.FormatBool(s.g.CGO))
 	in.Add("tags", strings.Join(s.g.Tags, ","))
 	in.Add("ldflags", s.g.Ldflags)
-	in.Add("go", runtime.Version())
 	in.Add("arch", s.arch)
+	tc, err := toolchainInputs(context.Background(), goBuildEnv(s.arch, s.g.CGO), s.g.CGO)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range tc {
+		in.Add(i[0], i[1])
+	}
 	return in, nil
+}
+
+// goStripped are variables that change what `go build` produces; the step
+// does not inherit them. Those it needs it sets in goBuildEnv; the rest
+// (and what a go env file may set) toolchainInputs keys on.
+var goStripped = map[string]bool{
+	"GOROOT": true, "GOTOOLCHAIN": true, "GOOS": true, "GOARCH": true, "GOFLAGS": true,
+	"GOAMD64": true, "GOARM": true, "GOARM64": true, "GO386": true, "GOMIPS": true, "GOMIPS64": true,
+	"GOPPC64": true, "GORISCV64": true, "GOWASM": true, "GOEXPERIMENT": true, "GODEBUG": true,
+	"GOFIPS140": true, "GOWORK": true, "GO111MODULE": true, "GOCOVERDIR": true,
+	"CGO_ENABLED": true, "CC": true, "CXX": true, "FC": true, "AR": true, "GCCGO": true,
+	"PKG_CONFIG": true,
+}
+
+// goBuildEnv is the go command's environment: the builder's, minus what
+// changes the output, plus the pinned values. GOTOOLCHAIN=local: the go on
+// PATH builds, never one it would download for a module's toolchain line.
+func goBuildEnv(arch string, cgo bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if goStripped[k] || strings.HasPrefix(k, "CGO_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	cgoEnabled := "0"
+	if cgo {
+		cgoEnabled = "1"
+	}
+	return append(env, "GOTOOLCHAIN=local", "GOOS=linux", "GOARCH="+arch, "GOAMD64=v1", "GOARM64=v8.0",
+		"CGO_ENABLED="+cgoEnabled, "GOWORK=off", "GO111MODULE=on", "GOFLAGS=-mod=readonly")
+}
+
+// goKeyVars are what toolchainInputs asks the go command about: with env
+// pinned these are fixed except GOVERSION (the toolchain on PATH) and what a
+// go env file ($GOENV) sets.
+var goKeyVars = []string{"GOVERSION", "GOTOOLCHAIN", "GOOS", "GOARCH", "GOAMD64", "GOARM64",
+	"GOEXPERIMENT", "GOFLAGS", "CGO_ENABLED"}
+
+var cgoKeyVars = []string{"CC", "CXX", "CGO_CFLAGS", "CGO_CPPFLAGS", "CGO_CXXFLAGS", "CGO_FFLAGS", "CGO_LDFLAGS"}
+
+// toolchainInputs asks the go command that will build (under env) which
+// toolchain and settings it uses; with cgo, also the C compiler's version.
+func toolchainInputs(ctx context.Context, env []string, cgo bool) ([][2]string, error) {
+	vars := goKeyVars
+	if cgo {
+		vars = append(append([]string(nil), goKeyVars...), cgoKeyVars...)
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"env", "-json"}, vars...)...)
+	cmd.Env = env
+	cmd.Dir = os.TempDir() // outside any module
+	b, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go env: %w%s", err, stderrOf(err))
+	}
+	var got map[string]string
+	if err := json.Unmarshal(b, &got); err != nil {
+		return nil, fmt.Errorf("go env -json: %w", err)
+	}
+	if got["GOVERSION"] == "" {
+		return nil, fmt.Errorf("go env: no GOVERSION in %q", tail(string(b), 5))
+	}
+	var out [][2]string
+	for _, v := range vars {
+		out = append(out, [2]string{"go-env:" + v, got[v]})
+	}
+	if cgo {
+		cc := strings.Fields(got["CC"])
+		if len(cc) == 0 {
+			return nil, fmt.Errorf("go env: CC is empty but the program needs cgo")
+		}
+		cmd := exec.CommandContext(ctx, cc[0], append(cc[1:], "--version")...)
+		cmd.Env = env
+		v, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s --version: %w%s", cc[0], err, stderrOf(err))
+		}
+		out = append(out, [2]string{"cc-version", string(v)})
+	}
+	return out, nil
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+		return ": " + strings.TrimSpace(tail(string(ee.Stderr), 10))
+	}
+	return ""
 }
 
 // binaryPath is where the built program sits in the step's output.
@@ -66,10 +164,6 @@ func (s *goBuildStep) Run(ctx context.Context, out string) error {
 	if err := run(ctx, "chmod", "-R", "u+w", work); err != nil {
 		return err
 	}
-	cgo := "0"
-	if s.g.CGO {
-		cgo = "1"
-	}
 	args := []string{"build", "-mod=readonly", "-trimpath", "-buildvcs=false", "-o", s.binaryPath(out)}
 	if len(s.g.Tags) > 0 {
 		args = append(args, "-tags", strings.Join(s.g.Tags, ","))
@@ -77,7 +171,7 @@ func (s *goBuildStep) Run(ctx context.Context, out string) error {
 	args = append(args, "-ldflags", strings.TrimSpace("-buildid= "+s.g.Ldflags), s.g.Package)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "GOOS=linux", "GOARCH="+s.arch, "GOWORK=off", "GOFLAGS=-mod=readonly")
+	cmd.Env = goBuildEnv(s.arch, s.g.CGO)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(b), 30))
 	}
@@ -90,7 +184,7 @@ func (s *goBuildStep) download(ctx context.Context) (string, error) {
 	ref := s.g.Module + "@" + s.g.Version
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ref)
 	cmd.Dir = os.TempDir() // outside any module
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(goBuildEnv(s.arch, s.g.CGO), "GOFLAGS=-mod=mod")
 	if s.g.Sum != "" {
 		// We check the pinned sum ourselves below.
 		cmd.Env = append(cmd.Env, "GONOSUMDB="+s.g.Module)

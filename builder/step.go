@@ -60,7 +60,7 @@ func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
 	if dir, ok := r.store.Lookup(key); ok {
 		r.store.Touch(key)
 		r.log.cached(s.Name())
-		_ = r.store.Remember(r.scope, s.Name(), in)
+		r.remember(s.Name(), in)
 		return dir, nil
 	}
 	if prev, ok := r.store.Previous(r.scope, s.Name()); ok {
@@ -68,11 +68,24 @@ func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
 	} else {
 		r.log.explain(s.Name(), "not built before")
 	}
-	dir, err := r.store.Fill(s.Name(), in, func(dir string) error { return s.Run(ctx, dir) })
+	ran := false
+	dir, err := r.store.Fill(ctx, s.Name(), in, func(dir string) error { ran = true; return s.Run(ctx, dir) })
 	if err != nil {
 		return "", err
 	}
-	return dir, r.store.Remember(r.scope, s.Name(), in)
+	if !ran { // a concurrent build filled it while this one waited
+		r.log.cached(s.Name())
+	}
+	r.remember(s.Name(), in)
+	return dir, nil
+}
+
+// remember records the inputs for --explain. The step's output is good
+// either way, so a failure only costs the next build its explanation.
+func (r cachedRunner) remember(step string, in cache.Inputs) {
+	if err := r.store.Remember(r.scope, step, in); err != nil {
+		r.log.Infof("warning: %v (the next build cannot say why %s misses the cache)", err, step)
+	}
 }
 
 // timedRunner reports each step's start, end and duration.

@@ -1,22 +1,29 @@
-// Package cache is a content-addressed store of build step outputs. An entry
+// Package cache is a content-addressed store of build step outputs, safe to
+// share between concurrent builds (other PID namespaces included). An entry
 // is a directory named by the digest of everything that went into it; it is
-// filled aside and renamed into place, so a crash (kill -9 included) leaves
-// either no entry or a complete one, never a poisoned one.
+// filled aside under a lock, sealed with a record of its files, fsynced and
+// renamed into place. A crash (kill -9 included) leaves either no entry or a
+// complete one; an entry that no longer matches its seal is a miss.
+//
+// Layout: entries/KEY (complete entries), tmp/NAME + tmp/NAME.lock (work in
+// progress; the flock on the .lock file says it is live), locks/KEY.lock
+// (held by the one build filling KEY), last/ (inputs each step last ran
+// with, for --explain).
 package cache
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -83,99 +90,273 @@ func DigestString(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Meta describes an entry; it is written inside the entry before the rename.
+// Meta describes an entry; it is written inside the entry, last, before the
+// rename that makes the entry visible.
 type Meta struct {
 	Step    string    `json:"step"`
 	Key     string    `json:"key"`
 	Inputs  Inputs    `json:"inputs"`
 	Created time.Time `json:"created"`
+	// Format is sealFormat for sealed entries; entries without a seal
+	// (written by older builders) are not trusted.
+	Format int `json:"format,omitempty"`
+	// Files is the seal: every file of the entry, see File.
+	Files []File `json:"files,omitempty"`
 }
 
-const metaFile = ".osb-cache-entry.json"
+const (
+	metaFile = ".osb-cache-entry.json"
+	// maxMetaSize bounds what Lookup reads of a meta file before parsing.
+	maxMetaSize = 16 << 20
+	// maxLastSize bounds a remembered input list.
+	maxLastSize = 4 << 20
+)
 
 // Store is a cache directory.
 type Store struct {
 	Dir string
+	// Log receives what the store recovers from by itself (a damaged entry,
+	// a failed Remember, waiting for another build's fill); nil: silent.
+	Log func(format string, args ...any)
 }
 
 // Open creates the store's directories and removes the leftovers of fills
-// whose process is gone (an interrupted build).
+// and work directories whose owner is gone (its lock is free).
 func Open(dir string) (*Store, error) {
 	s := &Store{Dir: dir}
-	for _, d := range []string{s.entriesDir(), s.tmpDir(), s.lastDir()} {
+	for _, d := range []string{s.entriesDir(), s.tmpDir(), s.lastDir(), s.locksDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("cache: %w", err)
 		}
 	}
-	s.removeStaleTemps()
+	s.sweep()
 	return s, nil
 }
 
 func (s *Store) entriesDir() string { return filepath.Join(s.Dir, "entries") }
 func (s *Store) tmpDir() string     { return filepath.Join(s.Dir, "tmp") }
 func (s *Store) lastDir() string    { return filepath.Join(s.Dir, "last") }
+func (s *Store) locksDir() string   { return filepath.Join(s.Dir, "locks") }
+
+func (s *Store) logf(format string, args ...any) {
+	if s.Log != nil {
+		s.Log(format, args...)
+	}
+}
 
 // Path is where the entry for key lives (whether or not it exists).
 func (s *Store) Path(key string) string { return filepath.Join(s.entriesDir(), key) }
 
-// Lookup returns the entry directory for key if it is complete.
+// Lookup returns the entry directory for key if it is complete and matches
+// its seal (file set, types, sizes, mtimes). A damaged entry is a miss: it
+// is logged and the next Fill replaces it.
 func (s *Store) Lookup(key string) (string, bool) {
 	p := s.Path(key)
-	if _, err := os.Stat(filepath.Join(p, metaFile)); err != nil {
-		return "", false
+	err := s.check(key, false)
+	switch {
+	case err == nil:
+		return p, true
+	case !errors.Is(err, fs.ErrNotExist):
+		s.logf("cache: entry %s is not usable, rebuilding it: %v", p, err)
 	}
-	return p, true
+	return "", false
 }
 
-// Fill runs fill into a fresh temporary directory and, when it succeeds,
-// renames that directory into place as the entry for the inputs.
-func (s *Store) Fill(step string, in Inputs, fill func(dir string) error) (string, error) {
+// Verify checks the entry for key against its seal including every file's
+// sha256: the deep check that Lookup leaves out for speed.
+func (s *Store) Verify(key string) error {
+	return s.check(key, true)
+}
+
+func (s *Store) check(key string, contents bool) error {
+	p := s.Path(key)
+	m, err := readMeta(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Lstat(p); serr == nil {
+			return fmt.Errorf("%w: no %s", errDamaged, metaFile)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if m.Key != key {
+		return fmt.Errorf("%s: key %q, want %q", metaFile, m.Key, key)
+	}
+	if m.Format != sealFormat {
+		return fmt.Errorf("%s: not sealed (format %d, want %d)", metaFile, m.Format, sealFormat)
+	}
+	return checkSeal(p, m.Files, contents)
+}
+
+// readMeta reads and parses an entry's meta file, bounded in size.
+func readMeta(entry string) (*Meta, error) {
+	b, err := readBounded(filepath.Join(entry, metaFile), maxMetaSize)
+	if err != nil {
+		return nil, err
+	}
+	return parseMeta(b)
+}
+
+func parseMeta(b []byte) (*Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", metaFile, err)
+	}
+	seen := make(map[string]bool, len(m.Files))
+	for i, f := range m.Files {
+		if err := f.valid(); err != nil {
+			return nil, fmt.Errorf("%s: files[%d]: %w", metaFile, i, err)
+		}
+		if seen[f.Path] {
+			return nil, fmt.Errorf("%s: files[%d]: %s listed twice", metaFile, i, f.Path)
+		}
+		seen[f.Path] = true
+	}
+	return &m, nil
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// Fill makes the entry for the inputs. Only one build fills a key at a
+// time: the others wait for its lock and then find the entry (or, when the
+// filler died, fill it themselves). fill writes into a fresh directory that
+// is sealed, fsynced and renamed into place when fill succeeds.
+func (s *Store) Fill(ctx context.Context, step string, in Inputs, fill func(dir string) error) (string, error) {
 	key := in.Key()
-	tmp, err := os.MkdirTemp(s.tmpDir(), fmt.Sprintf("%d-", os.Getpid()))
-	if err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := fill(tmp); err != nil {
-		return "", err
-	}
-	meta, err := json.MarshalIndent(Meta{Step: step, Key: key, Inputs: in, Created: time.Now().UTC()}, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, metaFile), meta, 0o644); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	syncDir(tmp)
 	final := s.Path(key)
-	if err := os.Rename(tmp, final); err != nil {
-		if _, ok := s.Lookup(key); ok { // a concurrent build filled it first
+	keyLock, err := s.lockKey(ctx, key, step)
+	if err != nil {
+		return "", err
+	}
+	defer keyLock.Close()
+	err = s.check(key, false)
+	if err == nil {
+		return final, nil // another build filled it while we waited
+	}
+	damaged := !errors.Is(err, fs.ErrNotExist)
+
+	t, err := s.NewTemp("fill")
+	if err != nil {
+		return "", err
+	}
+	defer t.Remove()
+	if err := fill(t.Path); err != nil {
+		return "", err
+	}
+	files, err := seal(t.Path)
+	if err != nil {
+		return "", fmt.Errorf("cache: seal %s: %w", step, err)
+	}
+	meta, err := json.MarshalIndent(Meta{Step: step, Key: key, Inputs: in, Created: time.Now().UTC(), Format: sealFormat, Files: files}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := writeSynced(filepath.Join(t.Path, metaFile), meta); err != nil {
+		return "", fmt.Errorf("cache: %w", err)
+	}
+	if err := syncDir(t.Path); err != nil {
+		return "", fmt.Errorf("cache: %w", err)
+	}
+	if damaged {
+		if err := s.discard(final); err != nil {
+			return "", fmt.Errorf("cache: replace damaged entry: %w", err)
+		}
+	}
+	if err := os.Rename(t.Path, final); err != nil {
+		if s.check(key, false) == nil { // a builder without the key lock got there first
 			return final, nil
 		}
 		return "", fmt.Errorf("cache: %w", err)
 	}
-	syncDir(s.entriesDir())
+	if err := syncDir(s.entriesDir()); err != nil {
+		return "", fmt.Errorf("cache: %w", err)
+	}
 	return final, nil
 }
 
+// discard moves dir into a locked temp directory and removes it there, so
+// no reader sees it half deleted and a crash leaves it to the sweeper.
+func (s *Store) discard(dir string) error {
+	t, err := s.NewTemp("discard")
+	if err != nil {
+		return err
+	}
+	defer t.Remove()
+	if err := os.Rename(dir, filepath.Join(t.Path, "doomed")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// writeSynced writes data to path and fsyncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // Remember records the inputs a step last ran with, so a later miss can say
-// what changed. scope separates recipes.
+// what changed. scope separates recipes. Concurrent builds may Remember the
+// same step: each writes its own temp file and renames it into place.
 func (s *Store) Remember(scope, step string, in Inputs) error {
 	b, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(s.lastDir(), sanitize(scope)+"--"+sanitize(step)+".json")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
+	p := s.lastPath(scope, step)
+	f, err := os.CreateTemp(s.lastDir(), "."+filepath.Base(p)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cache remember: %w", err)
 	}
-	return os.Rename(tmp, p)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("cache remember %s: %w", p, err)
+	}
+	return syncDir(s.lastDir())
+}
+
+func (s *Store) lastPath(scope, step string) string {
+	return filepath.Join(s.lastDir(), sanitize(scope)+"--"+sanitize(step)+".json")
 }
 
 // Previous returns the inputs a step last ran with, if known.
 func (s *Store) Previous(scope, step string) (Inputs, bool) {
-	b, err := os.ReadFile(filepath.Join(s.lastDir(), sanitize(scope)+"--"+sanitize(step)+".json"))
+	b, err := readBounded(s.lastPath(scope, step), maxLastSize)
 	if err != nil {
 		return nil, false
 	}
@@ -194,7 +375,7 @@ type Entry struct {
 	Used time.Time `json:"used"`
 }
 
-// List returns every complete entry, newest first.
+// List returns every entry with a readable meta file, newest first.
 func (s *Store) List() ([]Entry, error) {
 	des, err := os.ReadDir(s.entriesDir())
 	if err != nil {
@@ -203,16 +384,12 @@ func (s *Store) List() ([]Entry, error) {
 	var out []Entry
 	for _, de := range des {
 		p := filepath.Join(s.entriesDir(), de.Name())
-		b, err := os.ReadFile(filepath.Join(p, metaFile))
+		m, err := readMeta(p)
 		if err != nil {
 			continue
 		}
-		var e Entry
-		if json.Unmarshal(b, &e.Meta) != nil {
-			continue
-		}
-		e.Path = p
-		e.Size = dirSize(p)
+		e := Entry{Meta: *m, Path: p, Size: dirSize(p)}
+		e.Files = nil // the seal is for Lookup, not for listing
 		if fi, err := os.Stat(p); err == nil {
 			e.Used = fi.ModTime()
 		}
@@ -223,13 +400,15 @@ func (s *Store) List() ([]Entry, error) {
 }
 
 // Touch marks an entry as used now, for prune's least-recently-used order.
+// Only the entry directory's own times change; the seal leaves them out.
 func (s *Store) Touch(key string) {
 	now := time.Now()
 	_ = os.Chtimes(s.Path(key), now, now)
 }
 
 // Prune removes entries not used within maxAge (all entries when maxAge is
-// zero) and returns how many bytes it freed.
+// zero) and returns how many bytes it freed. Entries a build is filling
+// right now are left alone.
 func (s *Store) Prune(maxAge time.Duration) (int64, error) {
 	entries, err := s.List()
 	if err != nil {
@@ -240,39 +419,22 @@ func (s *Store) Prune(maxAge time.Duration) (int64, error) {
 		if maxAge > 0 && time.Since(e.Used) < maxAge {
 			continue
 		}
-		// Rename first so a concurrent reader never sees a half-deleted entry.
-		doomed := filepath.Join(s.tmpDir(), fmt.Sprintf("%d-prune-%s", os.Getpid(), e.Key))
-		if err := os.Rename(e.Path, doomed); err != nil {
+		l, err := tryLock(s.keyLockPath(e.Key), true)
+		if errors.Is(err, errBusy) {
+			continue
+		}
+		if err != nil {
 			return freed, fmt.Errorf("cache prune: %w", err)
 		}
-		if err := os.RemoveAll(doomed); err != nil {
+		err = s.discard(e.Path)
+		os.Remove(l.Name())
+		l.Close()
+		if err != nil {
 			return freed, fmt.Errorf("cache prune: %w", err)
 		}
 		freed += e.Size
 	}
 	return freed, nil
-}
-
-func (s *Store) removeStaleTemps() {
-	des, err := os.ReadDir(s.tmpDir())
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		pid, err := strconv.Atoi(strings.SplitN(de.Name(), "-", 2)[0])
-		if err == nil && pid != os.Getpid() && processAlive(pid) {
-			continue
-		}
-		if pid == os.Getpid() {
-			continue
-		}
-		_ = os.RemoveAll(filepath.Join(s.tmpDir(), de.Name()))
-	}
-}
-
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func dirSize(dir string) int64 {
@@ -288,11 +450,16 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		_ = f.Sync()
-		f.Close()
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
 	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
 }
 
 func sanitize(s string) string {
