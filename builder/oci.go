@@ -115,7 +115,8 @@ func (s *ociStep) image(ctx context.Context) (v1.Image, error) {
 	return img, nil
 }
 
-// The local OCI store, kept by package ocistore.
+// OCIStore is the local OCI store (package ocistore) that `builder cache
+// import` fills and the oci step reads first.
 type OCIStore = ocistore.Store
 
 // ErrNotInStore means the local OCI store has no image for a digest.
