@@ -199,8 +199,15 @@ func (s *Store) importDockerTarball(ref name.Digest, want v1.Hash, src string) (
 }
 
 // copyTree copies the manifest or index d and everything it references,
-// children first.
+// children first. An index entry that is neither (an artifact, say) is
+// copied as a plain blob, as go-containerregistry's layout writer does.
 func (s *Store) copyTree(src source, d v1.Descriptor, depth int) error {
+	if !d.MediaType.IsIndex() && !d.MediaType.IsImage() {
+		if depth == 0 {
+			return fmt.Errorf("%s: media type %q is neither an image manifest nor an index", d.Digest, d.MediaType)
+		}
+		return s.copyBlob(src, d)
+	}
 	rc, err := src.open(d)
 	if err != nil {
 		return err
@@ -236,8 +243,6 @@ func (s *Store) copyTree(src source, d v1.Descriptor, depth int) error {
 				return fmt.Errorf("manifest %s: %w", d.Digest, err)
 			}
 		}
-	default:
-		return fmt.Errorf("%s: media type %q is neither an image manifest nor an index", d.Digest, d.MediaType)
 	}
 	return s.putBlob(d, io.NopCloser(bytes.NewReader(raw)))
 }
