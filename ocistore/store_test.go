@@ -1,6 +1,7 @@
 package ocistore
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -138,4 +139,39 @@ func mustDigest(t *testing.T, img v1.Image) v1.Hash {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestImportIndexWithArtifact: an index entry that is neither an image nor
+// an index (an attestation, an SBOM) is copied as a blob, verified too.
+func TestImportIndexWithArtifact(t *testing.T) {
+	for _, tamper := range []bool{false, true} {
+		src := t.TempDir()
+		m, _, _ := writeTestLayout(t, src, []byte("layer bytes"))
+		artifact := []byte(`{"sbom":"x"}`)
+		art := v1.Descriptor{MediaType: "application/vnd.example.sbom+json", Size: int64(len(artifact)), Digest: sha256Of(artifact)}
+		if tamper {
+			artifact = []byte(`{"sbom":"y"}`)
+		}
+		os.WriteFile(blobFile(src, art), artifact, 0o644)
+		idx, _ := json.Marshal(v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: []v1.Descriptor{m, art}})
+		id := v1.Descriptor{MediaType: types.OCIImageIndex, Size: int64(len(idx)), Digest: sha256Of(idx)}
+		os.WriteFile(blobFile(src, id), idx, 0o644)
+		writeIndexJSON(t, src, id)
+
+		st, _ := Open(t.TempDir())
+		ref, _ := name.NewDigest("example.test/x@" + id.Digest.String())
+		_, err := st.Import(ref, src)
+		if tamper {
+			if !errors.Is(err, ErrDigestMismatch) {
+				t.Errorf("tampered artifact: err = %v, want a digest mismatch", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(blobFile(st.Dir(), art)); err != nil || string(b) != `{"sbom":"x"}` {
+			t.Errorf("artifact in the store: %q, %v", b, err)
+		}
+	}
 }
