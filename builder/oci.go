@@ -21,7 +21,9 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const ociVersion = "1"
+// ociVersion 2: outputs are only made from verified blobs; entries filled
+// before (from a store that did not verify) are not reused.
+const ociVersion = "2"
 
 // ociStep copies chosen paths out of an OCI image's flattened filesystem.
 // The reference carries a digest, so the digest alone keys the cache entry,
