@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,9 +20,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/ocistore"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -453,5 +457,167 @@ func TestPreflightHypervisorRecipe(t *testing.T) {
 	}
 	if err := PreflightOCI(ctx, r, t.TempDir()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// alterBlob changes a layout's blob in place, keeping its size.
+func alterBlob(t *testing.T, layoutDir string, h v1.Hash, change func([]byte) []byte) {
+	t.Helper()
+	p := filepath.Join(layoutDir, "blobs", h.Algorithm, h.Hex)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := change(bytes.Clone(b))
+	if len(after) != len(b) || bytes.Equal(after, b) {
+		t.Fatalf("blob %s: the change must keep the size and change the bytes", h)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, after, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func replaceOnce(old, new string) func([]byte) []byte {
+	return func(b []byte) []byte { return bytes.Replace(b, []byte(old), []byte(new), 1) }
+}
+
+func flipLastByte(b []byte) []byte { b[len(b)-1] ^= 0xff; return b }
+
+// flipGzipOS changes a gzip header's OS byte: the content and gzip's own
+// checksum stay intact, only the blob's digest notices.
+func flipGzipOS(b []byte) []byte { b[9] ^= 0xff; return b }
+
+// uncompressedImage has one uncompressed layer holding the tool, so a
+// changed byte in the blob is a changed byte in the extracted file.
+func uncompressedImage(t *testing.T) v1.Image {
+	t.Helper()
+	l := tarLayer(t, tarEntry{name: "usr/bin/tool", typ: tar.TypeReg, body: "#!/bin/sh\necho tool\n"})
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(b, types.OCIUncompressedLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// blobOf names one blob of img: "layer" (the first), "config" or "manifest".
+func blobOf(t *testing.T, img v1.Image, which string) v1.Hash {
+	t.Helper()
+	var h v1.Hash
+	var err error
+	switch which {
+	case "layer":
+		var ls []v1.Layer
+		if ls, err = img.Layers(); err == nil {
+			h, err = ls[0].Digest()
+		}
+	case "config":
+		h, err = img.ConfigName()
+	case "manifest":
+		h, err = img.Digest()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// TestCacheImportRefusesAlteredBlob: a source layout whose blob was changed
+// in place, keeping its size, is refused by `builder cache import`, and
+// the store records nothing.
+func TestCacheImportRefusesAlteredBlob(t *testing.T) {
+	img := testImage(t)
+	d, _ := img.Digest()
+	ref, _ := name.NewDigest("ghcr.io/ironcore-dev/tools:v1@" + d.String())
+	for _, tc := range []struct {
+		name, blob string
+		change     func([]byte) []byte
+	}{
+		{"layer gzip trailer", "layer", flipLastByte},
+		{"layer gzip header only", "layer", flipGzipOS},
+		{"config architecture", "config", replaceOnce(`"amd64"`, `"arm64"`)},
+		{"manifest field", "manifest", replaceOnce(`"schemaVersion"`, `"schemaVersioN"`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := writeLayout(t, img)
+			alterBlob(t, src, blobOf(t, img, tc.blob), tc.change)
+			for _, from := range []string{src, tarDir(t, src)} {
+				cacheDir := t.TempDir()
+				st, err := OpenOCIStore(OCIStoreDir(cacheDir))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = st.Import(ref, from)
+				if !errors.Is(err, ocistore.ErrDigestMismatch) {
+					t.Fatalf("import from %s: err = %v, want a digest mismatch", filepath.Base(from), err)
+				}
+				if _, err := st.Image(ref, v1.Platform{OS: "linux", Architecture: "amd64"}); !errors.Is(err, ErrNotInStore) {
+					t.Errorf("after a refused import the store has the image: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestOCIStepRefusesStoreBlobAlteredAfterImport: a blob changed in the
+// store after a good import (same size) makes the next oci step fail with
+// a digest mismatch instead of extracting from it, also when the change
+// is in a file the step extracts or where decompression does not look (the
+// gzip header); importing the image again repairs the store.
+func TestOCIStepRefusesStoreBlobAlteredAfterImport(t *testing.T) {
+	for _, tc := range []struct {
+		name, blob string
+		img        func(*testing.T) v1.Image
+		change     func([]byte) []byte
+	}{
+		{"extracted file content", "layer", uncompressedImage, replaceOnce("echo tool", "echo evil")},
+		{"gzip header only", "layer", testImage, flipGzipOS},
+		{"manifest", "manifest", testImage, replaceOnce(`"schemaVersion"`, `"schemaVersioN"`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := tc.img(t)
+			d, _ := img.Digest()
+			ref, _ := name.NewDigest("ghcr.io/ironcore-dev/tools:v1@" + d.String())
+			// Nothing listens on the mirror: only the store can satisfy the step.
+			t.Setenv(MirrorsEnv, "ghcr.io="+closedPort(t))
+			src := writeLayout(t, img)
+			storeDir := OCIStoreDir(t.TempDir())
+			st, err := OpenOCIStore(storeDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Import(ref, src); err != nil {
+				t.Fatal(err)
+			}
+			s := &ociStep{src: recipe.OCISource{Image: ref.String(), Paths: map[string]string{"/usr/bin/tool": "/usr/bin/tool"}}, arch: "amd64", storeDir: storeDir}
+			if err := s.Run(context.Background(), t.TempDir()); err != nil {
+				t.Fatalf("before the change: %v", err)
+			}
+			alterBlob(t, storeDir, blobOf(t, img, tc.blob), tc.change)
+			err = s.Run(context.Background(), t.TempDir())
+			if !errors.Is(err, ocistore.ErrDigestMismatch) {
+				t.Fatalf("step on an altered store blob: err = %v, want a digest mismatch", err)
+			}
+			if _, err := st.Import(ref, src); err != nil {
+				t.Fatal(err)
+			}
+			out := t.TempDir()
+			if err := s.Run(context.Background(), out); err != nil {
+				t.Fatalf("after re-import: %v", err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(out, "usr%bin%tool")); string(b) != "#!/bin/sh\necho tool\n" {
+				t.Errorf("extracted %q", b)
+			}
+		})
 	}
 }

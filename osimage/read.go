@@ -1,13 +1,17 @@
 package osimage
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ironcore-dev/os-builder/ocistore"
 )
 
 // BootIdentity is what a boot driver needs to know about one image manifest
@@ -30,7 +34,9 @@ type BootIdentity struct {
 // ReadIdentity reads the boot identity of an image manifest. Images without
 // our annotations (e.g. older ones made for boot-operator) still work: the
 // methods are then derived from the layer media types, and the command line
-// comes from the config's commandLine.
+// comes from the config's commandLine. The config is checked against the
+// manifest's descriptor; checking the manifest is the caller's (it has the
+// descriptor: VerifyManifest).
 func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 	mf, err := img.Manifest()
 	if err != nil {
@@ -57,9 +63,9 @@ func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 		}
 	}
 
-	raw, err := img.RawConfigFile()
+	raw, err := verifiedConfig(img, mf)
 	if err != nil {
-		return nil, fmt.Errorf("read image config: %w", err)
+		return nil, err
 	}
 	var cfg ImageConfig
 	if len(raw) > 0 {
@@ -220,6 +226,9 @@ func ResolveLikeBootOperator(idx v1.ImageIndex, arch string) (*BootOperatorView,
 	if err != nil {
 		return nil, fmt.Errorf("fetch nested manifest: %w", err)
 	}
+	if err := VerifyManifest(img, *target); err != nil {
+		return nil, err
+	}
 	mf, err := img.Manifest()
 	if err != nil {
 		return nil, fmt.Errorf("parse nested manifest: %w", err)
@@ -246,9 +255,9 @@ func ResolveLikeBootOperator(idx v1.ImageIndex, arch string) (*BootOperatorView,
 	if view.ISO == nil && len(mf.Layers) == 1 {
 		view.ISO = &mf.Layers[0]
 	}
-	raw, err := img.RawConfigFile()
+	raw, err := verifiedConfig(img, mf)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
 	var cfg struct {
 		CommandLine string `json:"commandLine"`
@@ -258,4 +267,40 @@ func ResolveLikeBootOperator(idx v1.ImageIndex, arch string) (*BootOperatorView,
 	}
 	view.CommandLine = cfg.CommandLine
 	return view, nil
+}
+
+// VerifyManifest checks that img's manifest bytes are the ones d (its
+// entry in an index) records. Readers here do not rely on the image's
+// source for that: go-containerregistry's layout package, for one, trusts
+// the files it reads.
+func VerifyManifest(img v1.Image, d v1.Descriptor) error {
+	if d.Size > ocistore.MaxManifestSize {
+		return fmt.Errorf("manifest %s: size %d is over the %d-byte limit", d.Digest, d.Size, ocistore.MaxManifestSize)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("read manifest %s: %w", d.Digest, err)
+	}
+	return checkBytes("manifest "+d.Digest.String(), raw, d)
+}
+
+// verifiedConfig reads img's config, bounded by and checked against the
+// manifest's config descriptor.
+func verifiedConfig(img v1.Image, mf *v1.Manifest) ([]byte, error) {
+	if mf.Config.Size > ocistore.MaxManifestSize {
+		return nil, fmt.Errorf("image config: size %d is over the %d-byte limit", mf.Config.Size, ocistore.MaxManifestSize)
+	}
+	raw, err := img.RawConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read image config: %w", err)
+	}
+	if err := checkBytes("image config", raw, mf.Config); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+func checkBytes(name string, b []byte, d v1.Descriptor) error {
+	_, err := io.Copy(io.Discard, ocistore.NewVerifyingReader(io.NopCloser(bytes.NewReader(b)), name, d.Digest, d.Size))
+	return err
 }

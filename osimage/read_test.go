@@ -1,9 +1,17 @@
 package osimage_test
 
 import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/ironcore-dev/os-builder/ocistore"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 )
@@ -104,4 +112,72 @@ func TestResolveLikeBootOperator(t *testing.T) {
 	if _, err := osimage.ResolveLikeBootOperator(idx, "riscv64"); err == nil {
 		t.Error("riscv64 resolved")
 	}
+}
+
+// TestReadRefusesTamperedBlobs: the readers do not rely on their image
+// source to check manifest and config bytes. go-containerregistry's layout
+// package (which does not) reads a layout whose config or manifest was
+// changed in place, same size and valid JSON (the architecture swapped);
+// ReadIdentity and ResolveLikeBootOperator refuse it with a digest mismatch.
+func TestReadRefusesTamperedBlobs(t *testing.T) {
+	for _, tc := range []struct {
+		blob    string
+		resolve bool // ResolveLikeBootOperator sees it (it has the manifest's descriptor)
+		ident   bool // ReadIdentity sees it (it has only the image)
+	}{
+		{blob: "config", resolve: true, ident: true},
+		{blob: "manifest", resolve: true},
+	} {
+		t.Run(tc.blob, func(t *testing.T) {
+			idx, err := osimage.NewIndexFromDirs(writeDir(t, "amd64", osimage.KindUKI, osimage.KindCmdline))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			lp, err := layout.Write(dir, idx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, _ := idx.IndexManifest()
+			img, _ := idx.Image(im.Manifests[0].Digest)
+			h := im.Manifests[0].Digest
+			if tc.blob == "config" {
+				h, _ = img.ConfigName()
+			}
+			p := filepath.Join(dir, "blobs", h.Algorithm, h.Hex)
+			data, err := os.ReadFile(p)
+			if err != nil || !bytes.Contains(data, []byte(`"amd64"`)) {
+				t.Fatalf("%s: %v %s", tc.blob, err, data)
+			}
+			if err := os.WriteFile(p, bytes.Replace(data, []byte(`"amd64"`), []byte(`"arm64"`), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			read, err := lp.ImageIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = osimage.ResolveLikeBootOperator(read, "amd64")
+			if tc.resolve != errors.Is(err, ocistore.ErrDigestMismatch) {
+				t.Errorf("ResolveLikeBootOperator: err = %v, want a digest mismatch: %v", err, tc.resolve)
+			}
+			rimg, err := read.Image(h0(t, read))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = osimage.ReadIdentity(rimg)
+			if tc.ident != errors.Is(err, ocistore.ErrDigestMismatch) {
+				t.Errorf("ReadIdentity: err = %v, want a digest mismatch: %v", err, tc.ident)
+			}
+		})
+	}
+}
+
+// h0 is the digest of an index's first manifest.
+func h0(t *testing.T, idx v1.ImageIndex) v1.Hash {
+	t.Helper()
+	im, err := idx.IndexManifest()
+	if err != nil || len(im.Manifests) == 0 {
+		t.Fatalf("index: %v", err)
+	}
+	return im.Manifests[0].Digest
 }

@@ -44,7 +44,8 @@ type InspectedLayer struct {
 }
 
 // Inspect reads ref (registry reference or oci:PATH[:TAG]) and describes
-// every image it holds. Only manifests and configs are fetched.
+// every image it holds. Only manifests and configs are fetched, each
+// checked against its descriptor (size bounded first) before it is used.
 func Inspect(ctx context.Context, ref string, opts Options) (*Inspection, error) {
 	r, err := resolve(ctx, ref, opts)
 	if err != nil {

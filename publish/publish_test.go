@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/ocistore"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 	"github.com/ironcore-dev/os-builder/publish"
@@ -313,4 +314,82 @@ func TestPullDetectsCorruptLayout(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "uki.efi")); !os.IsNotExist(err) {
 		t.Error("a corrupt artifact was left in the destination")
 	}
+}
+
+// TestTamperedLayoutRefused: an oci: layout whose manifest or config was
+// changed in place (same size, still valid JSON: the architecture swapped)
+// is refused by Inspect, Pull and Open+ResolveLikeBootOperator, each
+// naming the digest mismatch.
+func TestTamperedLayoutRefused(t *testing.T) {
+	ctx := context.Background()
+	for _, blob := range []string{"manifest", "config"} {
+		t.Run(blob, func(t *testing.T) {
+			layoutPath := filepath.Join(t.TempDir(), "oci")
+			if _, err := publish.PushLayout(outputDir(t, "amd64", osimage.KindUKI, osimage.KindCmdline), layoutPath, "1"); err != nil {
+				t.Fatal(err)
+			}
+			p := layoutBlob(t, layoutPath, blob)
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(data, []byte(`"amd64"`)) {
+				t.Fatalf("%s has no \"amd64\" to swap:\n%s", blob, data)
+			}
+			if err := os.Chmod(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, bytes.Replace(data, []byte(`"amd64"`), []byte(`"arm64"`), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ref := "oci:" + layoutPath + ":1"
+			_, inspectErr := publish.Inspect(ctx, ref, publish.Options{})
+			_, pullErr := publish.Pull(ctx, ref, t.TempDir(), publish.Options{})
+			var resolveErr error
+			if idx, err := publish.Open(ctx, ref, publish.Options{}); err != nil {
+				resolveErr = err
+			} else {
+				_, resolveErr = osimage.ResolveLikeBootOperator(idx, "amd64")
+			}
+			for what, err := range map[string]error{"inspect": inspectErr, "pull": pullErr, "resolve": resolveErr} {
+				if blob == "config" && what == "pull" {
+					continue // Pull does not read the config
+				}
+				if !errors.Is(err, ocistore.ErrDigestMismatch) {
+					t.Errorf("%s of a layout with a tampered %s: err = %v, want a digest mismatch", what, blob, err)
+				}
+			}
+		})
+	}
+}
+
+// layoutBlob returns the path of the one image's manifest or config blob
+// in a layout holding one index.
+func layoutBlob(t *testing.T, layoutPath, which string) string {
+	t.Helper()
+	blobPath := func(h v1.Hash) string { return filepath.Join(layoutPath, "blobs", h.Algorithm, h.Hex) }
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	root, err := v1.ParseIndexManifest(bytes.NewReader(read(filepath.Join(layoutPath, "index.json"))))
+	if err != nil || len(root.Manifests) != 1 {
+		t.Fatalf("index.json: %v %+v", err, root)
+	}
+	idx, err := v1.ParseIndexManifest(bytes.NewReader(read(blobPath(root.Manifests[0].Digest))))
+	if err != nil || len(idx.Manifests) != 1 {
+		t.Fatalf("index: %v %+v", err, idx)
+	}
+	mfPath := blobPath(idx.Manifests[0].Digest)
+	if which == "manifest" {
+		return mfPath
+	}
+	mf, err := v1.ParseManifest(bytes.NewReader(read(mfPath)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blobPath(mf.Config.Digest)
 }

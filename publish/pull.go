@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,10 +11,10 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ironcore-dev/os-builder/ocistore"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
@@ -67,11 +68,17 @@ func Open(ctx context.Context, ref string, opts Options) (v1.ImageIndex, error) 
 }
 
 // layoutEntry finds the index.json entry a layout target names: the one
-// tagged LayoutTag, or the only entry when no tag is given.
+// tagged LayoutTag, or the only entry when no tag is given. The layout is
+// read through ocistore, so every manifest, config and layer read from it
+// is checked against its descriptor.
 func layoutEntry(t Target) (v1.Descriptor, v1.ImageIndex, error) {
-	root, err := layout.ImageIndexFromPath(t.LayoutPath)
+	l, err := ocistore.OpenLayout(t.LayoutPath)
 	if err != nil {
-		return v1.Descriptor{}, nil, fmt.Errorf("open OCI layout %s: %w", t.LayoutPath, err)
+		return v1.Descriptor{}, nil, fmt.Errorf("open OCI layout: %w", err)
+	}
+	root, err := l.Index()
+	if err != nil {
+		return v1.Descriptor{}, nil, fmt.Errorf("open OCI layout: %w", err)
 	}
 	im, err := root.IndexManifest()
 	if err != nil {
@@ -98,15 +105,16 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 	}
 	r := &resolved{ref: t.String()}
 	var (
-		idx v1.ImageIndex
-		img v1.Image
+		idx  v1.ImageIndex
+		img  v1.Image
+		size int64
 	)
 	if t.Remote != nil {
 		desc, err := remote.Get(t.Remote, opts.remoteOptions(ctx)...)
 		if err != nil {
 			return nil, fmt.Errorf("fetch %s: %w", t.Remote, err)
 		}
-		r.digest, r.mediaType = desc.Digest, desc.MediaType
+		r.digest, r.mediaType, size = desc.Digest, desc.MediaType, desc.Size
 		if desc.MediaType.IsIndex() {
 			idx, err = desc.ImageIndex()
 		} else {
@@ -120,7 +128,7 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.digest, r.mediaType = desc.Digest, desc.MediaType
+		r.digest, r.mediaType, size = desc.Digest, desc.MediaType, desc.Size
 		if desc.MediaType.IsIndex() {
 			idx, err = root.ImageIndex(desc.Digest)
 		} else {
@@ -130,7 +138,13 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 			return nil, fmt.Errorf("read %s: %w", t, err)
 		}
 	}
+	// Manifests are checked here whatever the source: the layout reader
+	// and go-containerregistry's remote check too, but this is what
+	// Inspect and Pull rest on.
 	if img != nil {
+		if err := osimage.VerifyManifest(img, v1.Descriptor{Digest: r.digest, Size: size}); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.ref, err)
+		}
 		mf, err := img.Manifest()
 		if err != nil {
 			return nil, fmt.Errorf("read manifest of %s: %w", r.ref, err)
@@ -149,6 +163,9 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 		img, err := idx.Image(d.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("read manifest %s of %s: %w", d.Digest, r.ref, err)
+		}
+		if err := osimage.VerifyManifest(img, d); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.ref, err)
 		}
 		r.images = append(r.images, platformImage{desc: d, img: img})
 	}
@@ -252,6 +269,11 @@ func pullLayer(ctx context.Context, img v1.Image, d v1.Descriptor, dest string) 
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, ctxReader{ctx, vr}); err != nil {
 		tmp.Close()
+		if errors.Is(err, ocistore.ErrDigestMismatch) {
+			// A layout's own check fired first; Pull's callers test for
+			// osimage's error.
+			return fmt.Errorf("pull %s: %w: %w", filepath.Base(dest), osimage.ErrDigestMismatch, err)
+		}
 		return fmt.Errorf("pull %s: %w", filepath.Base(dest), err)
 	}
 	if err := tmp.Close(); err != nil {

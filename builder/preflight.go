@@ -1,0 +1,121 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// unreachableError names the source and every way around it.
+func unreachableError(image, layer, via string, err error) error {
+	ref, _ := name.NewDigest(image)
+	reg := "REGISTRY"
+	if ref.Name() != "" {
+		reg = ref.Context().RegistryStr()
+	}
+	what := "oci source " + image
+	if layer != "" {
+		what = "layer " + layer + ": " + what
+	}
+	if via != "" {
+		what += " (via mirror " + via + ")"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s cannot be fetched: %v\n", what, err)
+	b.WriteString("ways around it:\n")
+	fmt.Fprintf(&b, "  - a registry mirror that has it: %s=%s=MIRROR-HOST[/PREFIX] (comma-separated, http:// for plain HTTP)\n", MirrorsEnv, reg)
+	fmt.Fprintf(&b, "  - import a pre-fetched copy into the local store: builder cache import %s OCI-LAYOUT-DIR|OCI-ARCHIVE.tar\n", image)
+	if layer != "" {
+		fmt.Fprintf(&b, "  - leave the layer out: builder build --exclude-layer %s (recorded in the manifest's excludedLayers)", layer)
+	} else {
+		b.WriteString("  - leave its layer out: builder build --exclude-layer LAYER (recorded in the manifest's excludedLayers)")
+	}
+	return &SourceUnreachableError{Image: image, Layer: layer, msg: b.String(), err: err}
+}
+
+// SourceUnreachableError is an OCI source that is neither in the local
+// store nor fetchable from its registry or mirror.
+type SourceUnreachableError struct {
+	Image, Layer string
+	msg          string
+	err          error
+}
+
+func (e *SourceUnreachableError) Error() string { return e.msg }
+func (e *SourceUnreachableError) Unwrap() error { return e.err }
+
+// PreflightOCI checks, before any long step runs, that every OCI source of
+// the recipe's layers (excluded layers are already gone from r.Resolved)
+// can be had: from the local store under cacheDir ("" for the default), or
+// by a manifest HEAD against its registry or mirror within seconds. All
+// sources are checked in parallel; every failure is reported.
+func PreflightOCI(ctx context.Context, r *recipe.Recipe, cacheDir string) error {
+	if cacheDir == "" {
+		cacheDir = DefaultCacheDir()
+	}
+	mirrors, err := RegistryMirrorsFromEnv()
+	if err != nil {
+		return err
+	}
+	st, stErr := OpenOCIStore(OCIStoreDir(cacheDir))
+	type job struct{ layer, image string }
+	var jobs []job
+	for _, l := range r.Resolved {
+		for _, o := range l.OCI {
+			jobs = append(jobs, job{l.Name, o.Image})
+		}
+	}
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = preflightOne(ctx, st, stErr, mirrors, j.layer, j.image, r.Base.Architecture)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func preflightOne(ctx context.Context, st *OCIStore, stErr error, mirrors RegistryMirrors, layer, image, arch string) error {
+	ref, err := name.NewDigest(image)
+	if err != nil {
+		return fmt.Errorf("layer %s: oci image %q: must be pinned by digest: %w", layer, image, err)
+	}
+	if stErr == nil {
+		if _, err := st.Image(ref, v1.Platform{OS: "linux", Architecture: arch}); err == nil {
+			return nil
+		} else if !errors.Is(err, ErrNotInStore) {
+			return fmt.Errorf("layer %s: %w", layer, err)
+		}
+	}
+	pull, via, err := mirrors.Rewrite(ref)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ociPreflightTimeout)
+	defer cancel()
+	desc, err := remote.Head(pull,
+		remote.WithContext(ctx),
+		remote.WithAuthFromKeychain(authn.DefaultKeychain),
+		remote.WithTransport(ociTransport()),
+		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 1, Steps: 1}))
+	if err != nil {
+		return unreachableError(image, layer, via, err)
+	}
+	if desc.Digest.String() != ref.DigestStr() {
+		return unreachableError(image, layer, via, fmt.Errorf("registry serves digest %s for it", desc.Digest))
+	}
+	return nil
+}
