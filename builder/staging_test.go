@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestStagingSweepSparesLiveBuildInOtherPIDNamespace: a build in another PID
@@ -13,10 +15,7 @@ import (
 // whose PID means nothing here; it holds its lock, so the sweep of a second
 // build must leave it alone, while the staging of a dead build goes.
 func TestStagingSweepSparesLiveBuildInOtherPIDNamespace(t *testing.T) {
-	flock, err := exec.LookPath("flock")
-	if err != nil {
-		t.Skip("flock(1) not installed")
-	}
+	flock := testutil.RequireTool(t, "flock")
 	dir := t.TempDir()
 	final := filepath.Join(dir, "out")
 	// The name an old builder in a container with PID 999999 would have used.
