@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,11 +20,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/ocistore"
 )
 
 // ErrDigestMismatch is returned (wrapped) when an artifact's bytes do not
-// hash to the sha256 that manifest.json records for it.
-var ErrDigestMismatch = errors.New("sha256 mismatch")
+// hash to the sha256 that manifest.json records for it: the one error every
+// digest check of the project wraps.
+var ErrDigestMismatch = ocistore.ErrDigestMismatch
 
 // AnnotationCreated is the OCI pre-defined creation time annotation; we set it
 // from SourceDateEpoch so that it does not break reproducibility.
@@ -424,40 +426,5 @@ func (l *fileLayer) Compressed() (io.ReadCloser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open artifact: %w", err)
 	}
-	return NewVerifyingReader(f, l.path, l.digest, l.size), nil
+	return ocistore.NewVerifyingReader(f, l.path, l.digest, l.size), nil
 }
-
-// NewVerifyingReader wraps rc so that reading it to EOF fails with
-// ErrDigestMismatch unless exactly size bytes hashing to want were read.
-// name says in the error which content failed.
-func NewVerifyingReader(rc io.ReadCloser, name string, want v1.Hash, size int64) io.ReadCloser {
-	return &verifyingReader{rc: rc, name: name, want: want, size: size, h: sha256.New()}
-}
-
-type verifyingReader struct {
-	rc   io.ReadCloser
-	name string
-	want v1.Hash
-	size int64
-	n    int64
-	h    hash.Hash
-}
-
-func (v *verifyingReader) Read(p []byte) (int, error) {
-	n, err := v.rc.Read(p)
-	v.h.Write(p[:n])
-	v.n += int64(n)
-	if v.n > v.size {
-		return n, fmt.Errorf("%s: %w: more than the %d bytes recorded", v.name, ErrDigestMismatch, v.size)
-	}
-	if err == io.EOF {
-		got := hex.EncodeToString(v.h.Sum(nil))
-		if v.n != v.size || got != v.want.Hex {
-			return n, fmt.Errorf("%s: %w: expected %s (%d bytes), content is sha256:%s (%d bytes)",
-				v.name, ErrDigestMismatch, v.want, v.size, got, v.n)
-		}
-	}
-	return n, err
-}
-
-func (v *verifyingReader) Close() error { return v.rc.Close() }

@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -260,7 +259,7 @@ func pullLayer(ctx context.Context, img v1.Image, d v1.Descriptor, dest string) 
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", filepath.Base(dest), err)
 	}
-	vr := osimage.NewVerifyingReader(rc, filepath.Base(dest), d.Digest, d.Size)
+	vr := ocistore.NewVerifyingReader(rc, filepath.Base(dest), d.Digest, d.Size)
 	defer vr.Close()
 	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*")
 	if err != nil {
@@ -269,11 +268,6 @@ func pullLayer(ctx context.Context, img v1.Image, d v1.Descriptor, dest string) 
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, ctxReader{ctx, vr}); err != nil {
 		tmp.Close()
-		if errors.Is(err, ocistore.ErrDigestMismatch) {
-			// A layout's own check fired first; Pull's callers test for
-			// osimage's error.
-			return fmt.Errorf("pull %s: %w: %w", filepath.Base(dest), osimage.ErrDigestMismatch, err)
-		}
 		return fmt.Errorf("pull %s: %w", filepath.Base(dest), err)
 	}
 	if err := tmp.Close(); err != nil {
