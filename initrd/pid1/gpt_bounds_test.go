@@ -180,3 +180,36 @@ func FuzzGPT(f *testing.F) {
 		classifyDisk(bytes.NewReader(b), 512, size)
 	})
 }
+
+// TestInstallSinkBoundsStream: the download may not announce, or send,
+// more bytes than the target disk holds; before, an endless stream was
+// hashed forever and a huge Content-Length was accepted.
+func TestInstallSinkBoundsStream(t *testing.T) {
+	img := testImage(t, 1<<20)
+	size := int64(len(img)) + 1<<20
+	disk := newDisk(t, size)
+	s := &installSink{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
+	if _, err := s.begin(size + 1); err == nil || !strings.Contains(err.Error(), "larger than the target disk") {
+		t.Errorf("announced length past the disk: %v", err)
+	}
+	w, err := s.begin(-1) // unknown length
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(img); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatalf("up to the disk's size: %v", err)
+	}
+	if _, err := w.Write([]byte{0}); err == nil || !strings.Contains(err.Error(), "longer than the target disk") {
+		t.Errorf("a byte past the disk: %v", err)
+	}
+	// A retry starts over.
+	if w, err = s.begin(int64(len(img))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(img); err != nil {
+		t.Errorf("after begin: %v", err)
+	}
+}
