@@ -155,6 +155,7 @@ func TestClassifyRealVolumes(t *testing.T) {
 		{"cryptsetup luksFormat --type luks2", luks("luks2"), "crypto_LUKS", "LUKS2 encrypted volume (at byte 0)", 0},
 		{"LUKS2 with its primary header zeroed", luks("luks2"), "", "LUKS2 encrypted volume (secondary header) (at byte 16384)", 16 << 10},
 		{"make-bcache -B", func(t *testing.T, p string) { testutil.Run(t, testutil.RequireTool(t, "make-bcache"), "-B", p) }, "bcache", "bcache device", 0},
+		{"pvcreate on a loop device", pvcreate, "LVM2_member", "LVM2 physical volume (at byte 512)", 0},
 		{"mkswap", func(t *testing.T, p string) { testutil.Run(t, testutil.RequireTool(t, "mkswap"), p) }, "swap", "swap area", 0},
 		{"mke2fs -t ext4", func(t *testing.T, p string) {
 			testutil.Run(t, testutil.RequireTool(t, "mke2fs"), "-q", "-F", "-t", "ext4", p)
@@ -186,6 +187,24 @@ func TestClassifyRealVolumes(t *testing.T) {
 				t.Errorf("refusal: %v", err)
 			}
 		})
+	}
+}
+
+// pvcreate makes the file at p an LVM2 physical volume. LVM takes block
+// devices only, so the file is attached to a loop device for the while.
+func pvcreate(t *testing.T, p string) {
+	pv := testutil.RequireTool(t, "pvcreate")
+	losetup := testutil.RequireTool(t, "losetup")
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "pvcreate needs root for a loop device")
+	}
+	dev := strings.TrimSpace(string(testutil.Run(t, losetup, "--find", "--show", p)))
+	defer testutil.Run(t, losetup, "--detach", dev)
+	cmd := exec.Command(pv, "--force", "--force", "--yes",
+		"--config", "devices { obtain_device_list_from_udev=0 use_devicesfile=0 }", dev)
+	cmd.Env = append(os.Environ(), "LVM_SUPPRESS_FD_WARNINGS=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pvcreate %s: %v\n%s", dev, err, out)
 	}
 }
 
