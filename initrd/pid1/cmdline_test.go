@@ -132,11 +132,15 @@ func FuzzParseCmdline(f *testing.F) {
 		"", "osb.mode=memory osb.root=initrd", `osb.persist="/a b",/c`, "osb.root=partlabel:osb-root",
 		"osb.mode=install osb.install.image=http://h/x osb.install.sha256=" + digest + " osb.install.target=size:1-2",
 		"a -- osb.x", `"`, "osb.debug osb.debug=0", "osb.root=http://x osb.root.sha256=" + digest,
+		"osb.fatal=reboot:30", "osb.fatal=stay osb.root=x",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseCmdline(s)
+		if c.Fatal.Delay < 0 || c.Fatal.Delay > maxFatalDelay || (!c.Fatal.Reboot && c.Fatal.Delay != 0) {
+			t.Fatalf("osb.fatal %+v from %q", c.Fatal, s)
+		}
 		parts := SplitCmdline(s)
 		for _, p := range parts {
 			if p == "--" && !strings.Contains(s, `"`) {
