@@ -176,7 +176,7 @@ func FuzzParseCmdline(f *testing.F) {
 var knownParams = map[string]bool{
 	"osb.mode": true, "osb.root": true, "osb.root.sha256": true, "osb.overlay": true,
 	"osb.persist": true, "osb.data": true, "osb.install.image": true, "osb.install.sha256": true,
-	"osb.install.target": true, "osb.install.wipe": true, "osb.debug": true,
+	"osb.install.target": true, "osb.install.wipe": true, "osb.debug": true, "osb.fatal": true,
 }
 
 // TestParseFatal: osb.fatal's values, and that it is honoured even when
