@@ -213,3 +213,31 @@ func TestInstallSinkBoundsStream(t *testing.T) {
 		t.Errorf("after begin: %v", err)
 	}
 }
+
+// TestInstallSinkRefusesHostileImageGPT: the image's first MiB is not yet
+// verified when the installer reads its GPT; a hostile entry size there is
+// refused before allocating, and nothing is written to the disk.
+func TestInstallSinkRefusesHostileImageGPT(t *testing.T) {
+	const size = 64 << 20
+	disk := newDisk(t, size)
+	s := &installSink{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
+	w, err := s.begin(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := hostileGPT(imageHeaderLen, func(h []byte) {
+		binary.LittleEndian.PutUint32(h[80:], 1024)
+		binary.LittleEndian.PutUint32(h[84:], 1<<20)
+	})
+	if _, err := w.Write(head); err == nil || !strings.Contains(err.Error(), "the image's partition table") || !strings.Contains(err.Error(), "entry size 1048576") {
+		t.Errorf("err = %v", err)
+	}
+	if s.plan != nil {
+		t.Error("a plan was made")
+	}
+	got := make([]byte, 64<<10)
+	disk.ReadAt(got, 0)
+	if !bytes.Equal(got, make([]byte, len(got))) {
+		t.Error("the disk was written")
+	}
+}
