@@ -120,7 +120,7 @@ func rebootAfter(delay time.Duration) error {
 	secs := int64(delay / time.Second)
 	fmt.Fprintf(os.Stdout, logPrefix+"rebooting in %d s (osb.fatal=reboot:%d)\n", secs, secs)
 	for left := secs; left > 0; left-- {
-		if left%10 == 0 || left <= 5 {
+		if left != secs && (left%10 == 0 || left <= 5) {
 			fmt.Fprintf(os.Stdout, logPrefix+"rebooting in %d s\n", left)
 		}
 		time.Sleep(time.Second)
