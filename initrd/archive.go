@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -59,13 +60,34 @@ func NewArchive() *Archive {
 }
 
 // cleanPath turns "/a/b/", "a/b" or "./a/b" into "a/b", the form cpio
-// archives for the kernel use, and rejects paths leaving the root.
+// archives for the kernel use, and rejects paths leaving the root and
+// names the kernel would read differently (checkKernelString).
 func cleanPath(p string) (string, error) {
 	c := path.Clean("/" + p)
 	if c == "/" {
 		return "", fmt.Errorf("initrd: path %q names the archive root", p)
 	}
+	if err := checkKernelString("path", c[1:]); err != nil {
+		return "", err
+	}
 	return c[1:], nil
+}
+
+// kernelPathMax is the kernel initramfs unpacker's limit on names and
+// symlink targets, the terminating NUL included (init/initramfs.c).
+const kernelPathMax = 4096
+
+// checkKernelString refuses what the kernel's unpacker reads as C strings
+// and would take for another name: an embedded NUL ("init\x00x" unpacks
+// as "init"), or more than PATH_MAX bytes (it stops unpacking).
+func checkKernelString(what, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("initrd: %s %q contains a NUL byte", what, s)
+	}
+	if len(s)+1 > kernelPathMax {
+		return fmt.Errorf("initrd: %s of %d bytes is longer than the kernel's %d", what, len(s), kernelPathMax-1)
+	}
+	return nil
 }
 
 func (a *Archive) add(p string, e *entry) error {
@@ -141,6 +163,9 @@ func (a *Archive) addHostRegular(p string, perm fs.FileMode, hostPath string, fi
 func (a *Archive) AddSymlink(p, target string) error {
 	if target == "" {
 		return fmt.Errorf("initrd: symlink %s has an empty target", p)
+	}
+	if err := checkKernelString("symlink target", target); err != nil {
+		return err
 	}
 	return a.add(p, &entry{kind: kindSymlink, perm: 0o777, target: target})
 }

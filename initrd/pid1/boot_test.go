@@ -123,6 +123,43 @@ func TestBootFatalOnBadCmdline(t *testing.T) {
 	if !strings.Contains(line, "unknown parameter osb.frobnicate") {
 		t.Errorf("FATAL line does not name the parameter: %q", line)
 	}
+	// The default (osb.fatal=stay) stays: the guest does not reboot, which
+	// with -no-reboot would end QEMU.
+	select {
+	case <-vm.Done():
+		t.Errorf("QEMU ended after the FATAL line without osb.fatal=reboot:\n%s", vm.Tail(10))
+	case <-time.After(8 * time.Second):
+	}
+}
+
+// TestBootFatalReboot proves osb.fatal=reboot:SECONDS: a cheap fatal (a bad
+// osb.root value) prints the reason, counts down and reboots the guest,
+// which with -no-reboot ends QEMU. It boots the builder's vmlinuz and
+// initrd-noroot.img (OSB_TEST_OUTPUT) through SeaBIOS.
+func TestBootFatalReboot(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	vm := qemu.StartT(t, ctx, qemu.Config{
+		Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 512, NoReboot: true,
+		Append:         "console=ttyS0 osb.fatal=reboot:3 osb.root=bogus",
+		FailureMarkers: []string{"Kernel panic"},
+	})
+	for _, want := range []string{`osb-init: FATAL: kernel command line: osb.root="bogus"`, "osb-init: rebooting in 3 s", "osb-init: rebooting in 1 s", "osb-init: rebooting now"} {
+		if _, err := vm.WaitFor(ctx, want); err != nil {
+			t.Fatalf("%s: %v\n%s", want, err, vm.Tail(20))
+		}
+	}
+	fatalAt := time.Now()
+	select {
+	case <-vm.Done():
+		t.Logf("QEMU ended %v after the init said it reboots", time.Since(fatalAt).Round(time.Millisecond))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the guest did not reboot within 60 s of the countdown:\n%s", vm.Tail(20))
+	}
+	if !strings.Contains(vm.Console(), "reboot: Restarting system") {
+		t.Errorf("the kernel did not say it restarts:\n%s", vm.Tail(10))
+	}
 }
 
 func grepLines(s, sub string) string {

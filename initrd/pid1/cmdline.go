@@ -6,6 +6,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Mode is what the init does with the OS (docs/cmdline.md, osb.mode).
@@ -75,6 +76,23 @@ type InstallTarget struct {
 	MinGiB, MaxGiB uint64
 }
 
+// FatalPolicy is what the init does after a fatal error (osb.fatal).
+type FatalPolicy struct {
+	// Reboot after Delay; false: stay, repeating the error (the default).
+	Reboot bool
+	Delay  time.Duration
+}
+
+// maxFatalDelay bounds osb.fatal=reboot:SECONDS to a day.
+const maxFatalDelay = 24 * time.Hour
+
+func (p FatalPolicy) String() string {
+	if !p.Reboot {
+		return "stay"
+	}
+	return fmt.Sprintf("reboot:%d", int64(p.Delay/time.Second))
+}
+
 // Config is everything the init takes from the kernel command line. The
 // zero value is not the default; ParseCmdline fills in defaults.
 type Config struct {
@@ -89,6 +107,9 @@ type Config struct {
 	InstallTarget InstallTarget
 	InstallWipe   bool
 	Debug         bool
+	// Fatal is set even when ParseCmdline fails on other parameters, so
+	// that a bad command line follows it too.
+	Fatal FatalPolicy
 }
 
 // DefaultDataPartLabel and DefaultRootPartLabel are the GPT partition names
@@ -234,6 +255,13 @@ func ParseCmdline(cmdline string) (Config, error) {
 				continue
 			}
 			cfg.InstallWipe = b
+		case "osb.fatal":
+			p, err := parseFatal(value)
+			if err != nil {
+				fail("osb.fatal=%q: %v", value, err)
+				continue
+			}
+			cfg.Fatal = p
 		case "osb.debug":
 			b := true
 			if hasValue {
@@ -392,4 +420,19 @@ func parseTarget(v string) (InstallTarget, error) {
 		return InstallTarget{Kind: TargetSize, MinGiB: min, MaxGiB: max}, nil
 	}
 	return InstallTarget{}, fmt.Errorf("unknown selector %q: want by-id, serial, path or size", kind)
+}
+
+func parseFatal(v string) (FatalPolicy, error) {
+	if v == "stay" {
+		return FatalPolicy{}, nil
+	}
+	secs, ok := strings.CutPrefix(v, "reboot:")
+	if !ok {
+		return FatalPolicy{}, fmt.Errorf("want stay or reboot:SECONDS")
+	}
+	n, err := strconv.ParseUint(secs, 10, 32)
+	if err != nil || time.Duration(n)*time.Second > maxFatalDelay {
+		return FatalPolicy{}, fmt.Errorf("want reboot:SECONDS with SECONDS from 0 to %d", int64(maxFatalDelay/time.Second))
+	}
+	return FatalPolicy{Reboot: true, Delay: time.Duration(n) * time.Second}, nil
 }

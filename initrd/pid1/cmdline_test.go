@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -131,11 +132,15 @@ func FuzzParseCmdline(f *testing.F) {
 		"", "osb.mode=memory osb.root=initrd", `osb.persist="/a b",/c`, "osb.root=partlabel:osb-root",
 		"osb.mode=install osb.install.image=http://h/x osb.install.sha256=" + digest + " osb.install.target=size:1-2",
 		"a -- osb.x", `"`, "osb.debug osb.debug=0", "osb.root=http://x osb.root.sha256=" + digest,
+		"osb.fatal=reboot:30", "osb.fatal=stay osb.root=x",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := ParseCmdline(s)
+		if c.Fatal.Delay < 0 || c.Fatal.Delay > maxFatalDelay || (!c.Fatal.Reboot && c.Fatal.Delay != 0) {
+			t.Fatalf("osb.fatal %+v from %q", c.Fatal, s)
+		}
 		parts := SplitCmdline(s)
 		for _, p := range parts {
 			if p == "--" && !strings.Contains(s, `"`) {
@@ -171,5 +176,41 @@ func FuzzParseCmdline(f *testing.F) {
 var knownParams = map[string]bool{
 	"osb.mode": true, "osb.root": true, "osb.root.sha256": true, "osb.overlay": true,
 	"osb.persist": true, "osb.data": true, "osb.install.image": true, "osb.install.sha256": true,
-	"osb.install.target": true, "osb.install.wipe": true, "osb.debug": true,
+	"osb.install.target": true, "osb.install.wipe": true, "osb.debug": true, "osb.fatal": true,
+}
+
+// TestParseFatal: osb.fatal's values, and that it is honoured even when
+// the rest of the command line is bad (that failure is fatal too).
+func TestParseFatal(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    FatalPolicy
+		wantErr string
+	}{
+		{"", FatalPolicy{}, ""},
+		{"osb.fatal=stay", FatalPolicy{}, ""},
+		{"osb.fatal=reboot:0", FatalPolicy{Reboot: true}, ""},
+		{"osb.fatal=reboot:30", FatalPolicy{Reboot: true, Delay: 30 * time.Second}, ""},
+		{"osb.fatal=reboot:86400", FatalPolicy{Reboot: true, Delay: 24 * time.Hour}, ""},
+		{"osb.fatal=reboot:10 osb.fatal=stay", FatalPolicy{}, ""},
+		{"osb.fatal=reboot:5 osb.root=bogus", FatalPolicy{Reboot: true, Delay: 5 * time.Second}, `osb.root="bogus"`},
+		{"osb.mode=install osb.fatal=reboot:7", FatalPolicy{Reboot: true, Delay: 7 * time.Second}, "needs osb.install.image"},
+		{"osb.fatal=reboot:86401", FatalPolicy{}, "0 to 86400"},
+		{"osb.fatal=reboot:-1", FatalPolicy{}, "SECONDS"},
+		{"osb.fatal=reboot:", FatalPolicy{}, "SECONDS"},
+		{"osb.fatal=reboot:1m", FatalPolicy{}, "SECONDS"},
+		{"osb.fatal=reboot", FatalPolicy{}, "want stay or reboot:SECONDS"},
+		{"osb.fatal=panic", FatalPolicy{}, "want stay or reboot:SECONDS"},
+		{"osb.fatal", FatalPolicy{}, "needs a value"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			cfg, err := ParseCmdline(tc.in)
+			if (err != nil) != (tc.wantErr != "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if cfg.Fatal != tc.want {
+				t.Errorf("Fatal = %+v (%s), want %+v", cfg.Fatal, cfg.Fatal, tc.want)
+			}
+		})
+	}
 }

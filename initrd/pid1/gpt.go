@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"strings"
 	"unicode/utf16"
 )
@@ -23,6 +24,18 @@ const (
 	gptNameUnits   = 36 // UTF-16 code units in a partition name
 	mbrSignatureLo = 0x55
 	mbrSignatureHi = 0xaa
+
+	// Bounds on what a GPT read from a disk or a download may claim, checked
+	// before anything is allocated: the spec allows entry sizes of 128 * 2^n
+	// only; nothing real uses more than 4096 bytes per entry, more than 1024
+	// entries or an array larger than 1 MiB (the usual one is 16 KiB).
+	gptMaxEntrySize  = 4096
+	gptMaxEntries    = 1024
+	gptMaxEntryArray = 1 << 20
+	// Logical sector sizes the reader accepts (BLKSSZGET: 512 or 4096 on
+	// real disks).
+	gptMinSectorSize = 512
+	gptMaxSectorSize = 64 << 10
 )
 
 // Partition type GUIDs of docs/cmdline.md.
@@ -111,21 +124,48 @@ var errNoGPT = errors.New("no GPT")
 // readGPT reads the table of a disk of size bytes: the primary, or the
 // backup at the end when the primary is damaged.
 func readGPT(r io.ReaderAt, sectorSize int, size int64) (*gptTable, error) {
-	primaryErr := error(nil)
+	if size < 2*int64(sectorSize) {
+		return nil, errNoGPT // too small to hold a header at LBA 1
+	}
 	t, err := readGPTAt(r, sectorSize, 1)
+	if err == nil {
+		err = t.checkFits(size)
+	}
 	if err == nil {
 		return t, nil
 	}
-	primaryErr = err
-	last := uint64(size/int64(sectorSize)) - 1
-	if t, err := readGPTAt(r, sectorSize, last); err == nil {
+	primaryErr := err
+	sectors := size / int64(max(sectorSize, 1))
+	if sectors < 3 {
+		return nil, primaryErr
+	}
+	if t, err := readGPTAt(r, sectorSize, uint64(sectors-1)); err == nil && t.checkFits(size) == nil {
 		return t, nil
 	}
 	return nil, primaryErr
 }
 
+// checkFits says whether every partition lies on a disk of size bytes.
+func (t *gptTable) checkFits(size int64) error {
+	sectors := uint64(size / int64(t.SectorSize))
+	for _, p := range t.Partitions {
+		if p.LastLBA >= sectors {
+			return fmt.Errorf("GPT entry %d (%q) ends at LBA %d, past the end of the disk (%d sectors)", p.Index, p.Name, p.LastLBA, sectors)
+		}
+	}
+	return nil
+}
+
 // readGPTAt reads and checks the GPT header at lba and its entries.
 func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
+	if sectorSize < gptMinSectorSize || sectorSize > gptMaxSectorSize || sectorSize&(sectorSize-1) != 0 {
+		return nil, fmt.Errorf("read GPT: bad sector size %d", sectorSize)
+	}
+	// Offsets must fit an int64: lba comes from the disk's size or header.
+	maxLBA := uint64(math.MaxInt64/sectorSize) - 1
+	if lba > maxLBA {
+		return nil, fmt.Errorf("read GPT header: LBA %d is out of range", lba)
+	}
 	hdr := make([]byte, sectorSize)
 	if _, err := r.ReadAt(hdr, int64(lba)*int64(sectorSize)); err != nil {
 		return nil, fmt.Errorf("read GPT header at LBA %d: %w", lba, err)
@@ -149,10 +189,19 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 	entriesLBA := binary.LittleEndian.Uint64(h[72:])
 	n := binary.LittleEndian.Uint32(h[80:])
 	esize := binary.LittleEndian.Uint32(h[84:])
-	if esize < gptEntrySize || esize%8 != 0 || n == 0 || n > 1024 {
-		return nil, fmt.Errorf("GPT at LBA %d: %d entries of %d bytes", lba, n, esize)
+	// Everything below is bounded before the entry array is allocated: the
+	// header's CRC proves nothing, anyone can compute it.
+	if esize < gptEntrySize || esize > gptMaxEntrySize || esize&(esize-1) != 0 {
+		return nil, fmt.Errorf("GPT at LBA %d: entry size %d (want 128 * 2^n, at most %d)", lba, esize, gptMaxEntrySize)
 	}
-	entries := make([]byte, int(n)*int(esize))
+	if n == 0 || n > gptMaxEntries || uint64(n)*uint64(esize) > gptMaxEntryArray {
+		return nil, fmt.Errorf("GPT at LBA %d: %d entries of %d bytes (at most %d entries, %d bytes)", lba, n, esize, gptMaxEntries, gptMaxEntryArray)
+	}
+	arrayLen := int(n) * int(esize)
+	if entriesLBA > maxLBA-uint64(arrayLen/sectorSize+1) {
+		return nil, fmt.Errorf("GPT at LBA %d: entry array at LBA %d is out of range", lba, entriesLBA)
+	}
+	entries := make([]byte, arrayLen)
 	if _, err := r.ReadAt(entries, int64(entriesLBA)*int64(sectorSize)); err != nil {
 		return nil, fmt.Errorf("read GPT entries at LBA %d: %w", entriesLBA, err)
 	}
@@ -173,6 +222,9 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 		p.FirstLBA = binary.LittleEndian.Uint64(e[32:])
 		p.LastLBA = binary.LittleEndian.Uint64(e[40:])
 		p.Attrs = binary.LittleEndian.Uint64(e[48:])
+		if p.FirstLBA > p.LastLBA || p.LastLBA > maxLBA {
+			return nil, fmt.Errorf("GPT at LBA %d: entry %d spans LBA %d-%d", lba, p.Index, p.FirstLBA, p.LastLBA)
+		}
 		u := make([]uint16, gptNameUnits)
 		for j := range u {
 			u[j] = binary.LittleEndian.Uint16(e[56+2*j:])
@@ -289,8 +341,11 @@ func (k diskKind) String() string {
 	return [...]string{"blank", "an os-builder disk", "foreign"}[k]
 }
 
-// classifyDisk looks at a disk's first sectors and its GPT and says what it
-// holds; for diskForeign the reason says why.
+// classifyDisk looks at a disk's partition table, or without one at the
+// signatures at both ends (signatures.go), and says what it holds; for
+// diskForeign the reason says why. A valid GPT decides alone: content at
+// the end of the disk then lies in a partition (osb-data runs to the end)
+// and may be anything, a stale md superblock included.
 func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gptTable, string, error) {
 	t, err := readGPT(r, sectorSize, size)
 	if err == nil {
@@ -308,43 +363,16 @@ func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gptTabl
 	if !errors.Is(err, errNoGPT) {
 		return diskForeign, nil, "it has a damaged GPT (" + err.Error() + ")", nil
 	}
-	head := make([]byte, 68*1024)
-	n, rerr := r.ReadAt(head, 0)
-	if rerr != nil && !errors.Is(rerr, io.EOF) {
-		return 0, nil, "", fmt.Errorf("read the start of the disk: %w", rerr)
+	d, err := newDiskProbe(r, size)
+	if err != nil {
+		return 0, nil, "", err
 	}
-	head = head[:n]
-	if reason := foreignSignature(head); reason != "" {
+	reason := foreignContent(d)
+	if d.err != nil {
+		return 0, nil, "", fmt.Errorf("read the disk's signatures: %w", d.err)
+	}
+	if reason != "" {
 		return diskForeign, nil, reason, nil
 	}
 	return diskBlank, nil, "", nil
-}
-
-// foreignSignature names a partition table or file system found in the
-// first 68 KiB of a disk, "" if none.
-func foreignSignature(b []byte) string {
-	at := func(off int, magic string) bool {
-		return len(b) >= off+len(magic) && string(b[off:off+len(magic)]) == magic
-	}
-	switch {
-	case len(b) >= 512 && b[510] == mbrSignatureLo && b[511] == mbrSignatureHi:
-		return "it has an MBR partition table or boot sector"
-	case len(b) >= 1082 && b[1080] == 0x53 && b[1081] == 0xef:
-		return "it holds an ext2/3/4 file system"
-	case at(512, "LABELONE") || at(0, "LABELONE"):
-		return "it is an LVM physical volume"
-	case at(0, "XFSB"):
-		return "it holds an XFS file system"
-	case at(65536+64, "_BHRfS_M"):
-		return "it holds a btrfs file system"
-	case at(4096-10, "SWAPSPACE2"):
-		return "it is a swap area"
-	case at(32769, "CD001"):
-		return "it holds an ISO 9660 file system"
-	case at(4096, "\xfc\x4e\x2b\xa9"):
-		return "it is a Linux software RAID member"
-	case at(0, "hsqs"):
-		return "it holds a squashfs file system"
-	}
-	return ""
 }

@@ -16,7 +16,7 @@ import (
 
 // testImage writes a real os-builder disk image (diskimage.Write) with a
 // fake UKI and root image and returns its bytes.
-func testImage(t *testing.T, rootSize int) []byte {
+func testImage(t testing.TB, rootSize int) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	uki, root, img := filepath.Join(dir, "uki.efi"), filepath.Join(dir, "root"), filepath.Join(dir, "disk.raw")
@@ -153,7 +153,7 @@ func TestClassifyDisk(t *testing.T) {
 		{"foreign GPT", foreignGPT, diskForeign, `"EFI system partition"`},
 		{"MBR", mk(func(b []byte) { b[510], b[511] = 0x55, 0xaa }), diskForeign, "MBR"},
 		{"ext4 on the whole disk", mk(func(b []byte) { b[1080], b[1081] = 0x53, 0xef }), diskForeign, "ext2/3/4"},
-		{"LVM", mk(func(b []byte) { copy(b[512:], "LABELONE") }), diskForeign, "LVM"},
+		{"LVM", mk(func(b []byte) { copy(b[512:], "LABELONE"); copy(b[512+24:], "LVM2 001") }), diskForeign, "LVM"},
 		{"damaged GPT", mk(func(b []byte) { copy(b, img[:34*512]); b[600] ^= 1 }), diskForeign, "damaged GPT"},
 	} {
 		k, _, reason, err := classifyDisk(bytes.NewReader(tc.disk), 512, size)

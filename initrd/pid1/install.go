@@ -133,15 +133,21 @@ type installSink struct {
 	keep       *gptPartition
 	logf       func(string, ...any)
 
-	off     int64
-	header  bytes.Buffer
-	plan    *installPlan
-	written int64
-	start   time.Time
+	off      int64
+	received int64 // bytes of the stream so far
+	header   bytes.Buffer
+	plan     *installPlan
+	written  int64
+	start    time.Time
 }
 
 func (s *installSink) begin(size int64) (io.Writer, error) {
-	s.off, s.written, s.plan = 0, 0, nil
+	// The image cannot be larger than the disk it must fit on: refuse an
+	// announced length, or a stream, that says otherwise.
+	if size > s.size {
+		return nil, fmt.Errorf("the image is %d bytes, larger than the target disk (%d bytes)", size, s.size)
+	}
+	s.off, s.received, s.written, s.plan = 0, 0, 0, nil
 	s.header.Reset()
 	s.start = time.Now()
 	return s, nil
@@ -149,6 +155,10 @@ func (s *installSink) begin(size int64) (io.Writer, error) {
 
 func (s *installSink) Write(b []byte) (int, error) {
 	n := len(b)
+	if s.received+int64(n) > s.size {
+		return 0, fmt.Errorf("the image stream is longer than the target disk (%d bytes)", s.size)
+	}
+	s.received += int64(n)
 	if s.plan == nil {
 		need := imageHeaderLen - s.header.Len()
 		take := min(need, len(b))
@@ -208,6 +218,15 @@ func (s *installSink) writeRanges(b []byte, off int64) error {
 	return nil
 }
 
+// admitTarget refuses to install onto a foreign disk unless wipe
+// (osb.install.wipe=1) allows it; reason says what the disk holds.
+func admitTarget(dev string, kind diskKind, reason string, wipe bool) error {
+	if kind == diskForeign && !wipe {
+		return fmt.Errorf("install target %s is not blank: %s; refusing to overwrite it (add osb.install.wipe=1 to allow that); nothing was written", dev, reason)
+	}
+	return nil
+}
+
 // installMode installs the image and reboots; it returns only on failure.
 func (i *initProcess) installMode(cfg *Config) error {
 	if err := i.setupNetwork(i.cmdline); err != nil {
@@ -236,12 +255,12 @@ func (i *initProcess) installMode(cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("inspect %s: %w", d.devPath(), err)
 	}
+	if err := admitTarget(d.devPath(), kind, reason, cfg.InstallWipe); err != nil {
+		return err
+	}
 	var keep *gptPartition
 	switch kind {
 	case diskForeign:
-		if !cfg.InstallWipe {
-			return fmt.Errorf("install target %s is not blank: %s; refusing to overwrite it (add osb.install.wipe=1 to allow that); nothing was written", d.devPath(), reason)
-		}
 		i.logf("install: %s is foreign (%s); overwriting it as osb.install.wipe=1 allows", d.devPath(), reason)
 	case diskOurs:
 		keep = table.byName(partLabelData)

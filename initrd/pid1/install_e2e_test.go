@@ -2,7 +2,10 @@ package pid1_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -449,4 +452,60 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// TestInstallRefusesLUKSDisk: the real installer, given a disk that is one
+// whole-disk LUKS2 volume (cryptsetup on the raw file) and no
+// osb.install.wipe=1, stops with a reason naming LUKS2 and the parameter,
+// and writes nothing. Before, such a disk (no MBR, no GPT) was "blank".
+func TestInstallRefusesLUKSDisk(t *testing.T) {
+	f := setup(t)
+	cryptsetup := testutil.RequireTool(t, "cryptsetup")
+	disk := filepath.Join(t.TempDir(), "luks.raw")
+	if err := os.WriteFile(disk, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cryptsetup, "luksFormat", "--batch-mode", "--type", "luks2", "--pbkdf", "pbkdf2",
+		"--pbkdf-force-iterations", "1000", "--key-file", "-", disk)
+	cmd.Stdin = strings.NewReader("not a secret")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cryptsetup: %v\n%s", err, out)
+	}
+	before := fileSHA256(t, disk)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	vm := f.directBoot(t, ctx, fmt.Sprintf(
+		"console=ttyS0 osb.mode=install osb.install.image=%s/disk.raw osb.install.sha256=%s osb.install.target=by-id:virtio-%s",
+		f.url, f.diskSHA, targetSerial), disk, []string{"Kernel panic", "install: rebooting"})
+	if _, err := vm.WaitFor(ctx, "osb-init: FATAL"); err != nil {
+		t.Fatal(err)
+	}
+	vm.WaitFor(ctx, "nothing was written")
+	line := grepLines(vm.Console(), "osb-init: FATAL")
+	for _, want := range []string{"LUKS2 encrypted volume (at byte 0)", "osb.install.wipe=1", "nothing was written"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the refusal does not say %q: %s", want, line)
+		}
+	}
+	vm.Stop()
+	if fileSHA256(t, disk) != before {
+		t.Error("the refused disk was changed")
+	}
+}
+
+func fileSHA256(t *testing.T, p string) string {
+	t.Helper()
+	fh, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

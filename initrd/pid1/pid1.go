@@ -10,7 +10,9 @@
 //
 // Every failure prints "osb-init: FATAL: <reason>" on the console and then
 // waits forever, repeating the reason, instead of exiting (which would make
-// the kernel panic with a message that does not say why).
+// the kernel panic with a message that does not say why); with
+// osb.fatal=reboot:SECONDS it counts down and reboots instead, so that an
+// unattended server retries a transient failure.
 package pid1
 
 import (
@@ -54,7 +56,8 @@ const logPrefix = "osb-init: "
 
 type initProcess struct {
 	debug   bool
-	cmdline string // the raw kernel command line
+	cmdline string      // the raw kernel command line
+	onFatal FatalPolicy // osb.fatal, once the command line is read
 }
 
 func (i *initProcess) logf(format string, a ...any) {
@@ -78,12 +81,13 @@ func Main() {
 	}
 	i := &initProcess{}
 	err := i.run()
-	fatal(err)
+	fatal(err, i.onFatal)
 }
 
-// fatal prints the reason and never returns. The reason is repeated so that
-// it can be read from a console attached late.
-func fatal(err error) {
+// fatal prints the reason and never returns: it stays, repeating the
+// reason so that it can be read from a console attached late, or reboots
+// as p says.
+func fatal(err error, p FatalPolicy) {
 	if err == nil {
 		err = errors.New("init returned without switching root")
 	}
@@ -98,10 +102,35 @@ func fatal(err error) {
 		k.WriteString("<2>" + strings.TrimSuffix(msg, "\n"))
 		k.Close()
 	}
+	if p.Reboot {
+		if rerr := rebootAfter(p.Delay); rerr != nil {
+			msg += logPrefix + "FATAL: " + rerr.Error() + "; staying\n"
+			os.Stdout.WriteString(msg)
+		}
+	}
 	for {
 		time.Sleep(30 * time.Second)
 		os.Stdout.WriteString(msg)
 	}
+}
+
+// rebootAfter counts down on the console, syncs and reboots; it returns
+// only when the reboot fails.
+func rebootAfter(delay time.Duration) error {
+	secs := int64(delay / time.Second)
+	fmt.Fprintf(os.Stdout, logPrefix+"rebooting in %d s (osb.fatal=reboot:%d)\n", secs, secs)
+	for left := secs; left > 0; left-- {
+		if left != secs && (left%10 == 0 || left <= 5) {
+			fmt.Fprintf(os.Stdout, logPrefix+"rebooting in %d s\n", left)
+		}
+		time.Sleep(time.Second)
+	}
+	os.Stdout.WriteString(logPrefix + "rebooting now\n")
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART); err != nil {
+		return fmt.Errorf("reboot: %w", err)
+	}
+	return errors.New("reboot returned")
 }
 
 func (i *initProcess) run() error {
@@ -121,6 +150,7 @@ func (i *initProcess) run() error {
 	}
 	i.cmdline = string(raw)
 	cfg, err := ParseCmdline(i.cmdline)
+	i.onFatal = cfg.Fatal // a bad command line follows osb.fatal too
 	if err != nil {
 		return err
 	}
