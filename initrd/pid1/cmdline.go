@@ -89,6 +89,10 @@ type Config struct {
 	InstallTarget InstallTarget
 	InstallWipe   bool
 	Debug         bool
+
+	// PersistRequired: no data partition for Persist is fatal instead of
+	// a warning and tmpfs (osb.persist.required).
+	PersistRequired bool
 }
 
 // DefaultDataPartLabel and DefaultRootPartLabel are the GPT partition names
@@ -200,6 +204,13 @@ func ParseCmdline(cmdline string) (Config, error) {
 				continue
 			}
 			cfg.Persist = ps
+		case "osb.persist.required":
+			b, err := parseBool(value)
+			if err != nil {
+				fail("osb.persist.required: %v", err)
+				continue
+			}
+			cfg.PersistRequired = b
 		case "osb.data":
 			d, err := parseDeviceRef(value)
 			if err != nil {
