@@ -208,8 +208,8 @@ func TestBootDiskPersistRequired(t *testing.T) {
 	if _, err := vm.WaitFor(ctx, "the image requires persistence (osb.persist.required=1)"); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(vm.Console(), "switching to") {
-		t.Error("the init went on to switch root")
+	if strings.Contains(vm.Console(), "osb-init: root ready") {
+		t.Errorf("the init went on to switch root:\n%s", vm.Tail(40))
 	}
 }
 
