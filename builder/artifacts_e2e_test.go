@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,6 +176,11 @@ func TestBootDiskWithoutDataPartition(t *testing.T) {
 		"osb-probe: boots=1")
 	if !strings.Contains(vm.Console(), "MiB free after the root partition") {
 		t.Error("the warning does not say why there is no data partition")
+	}
+	// The kernel's copy (printk prefixes a time stamp): it is in the kernel
+	// log, which journald imports.
+	if !regexp.MustCompile(`\] osb-init: WARNING: persist: `).MatchString(vm.Console()) {
+		t.Error("the warning is not in the kernel log")
 	}
 }
 
