@@ -19,7 +19,8 @@ import (
 // ext4) is mounted at DataDir, and each osb.persist path P is bind-mounted
 // from DataDir/persist/P over the overlay root. The first boot seeds
 // DataDir/persist/P with the image's P, so /etc/ssh etc. start out as the
-// image has them.
+// image has them. On disk boots the disk is first fitted (grow.go); without
+// a data partition the paths go on a tmpfs at DataDir, with a warning.
 
 const (
 	// DataDir is where the data partition is mounted; under /run, so it
