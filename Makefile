@@ -8,7 +8,7 @@ export OSB_CACHE_DIR ?= /var/tmp/os-builder-cache
 # Debian packages the builds and the tests need.
 HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
-	mtools xorriso dosfstools binutils systemd ca-certificates git \
+	mtools xorriso dosfstools binutils systemd ca-certificates git e2fsprogs \
 	cryptsetup-bin bcache-tools lvm2
 
 .PHONY: setup build builder test bench fuzz hypervisor test-image vet fmt-check clean

@@ -2,10 +2,12 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/diskimage"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // bootMarkers are what every boot of the test recipe must print: our init,
@@ -64,24 +67,158 @@ func TestBootUKIFromESP(t *testing.T) {
 	bootAndExpect(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, "osb-init: starting: mode=memory root=initrd")
 }
 
-// TestBootDisk boots disk.raw: the ESP's UKI carries a slim initrd whose init
-// takes the root image from the osb-root partition.
-func TestBootDisk(t *testing.T) {
-	out := testOutput(t)
-	// A server's disk is larger than the image: the room after osb-root is
-	// where the init creates the data partition for persisted paths.
+// copyDisk copies the built disk.raw sparsely (as dd conv=sparse would) to
+// a scratch file, extended by grow bytes: the disk a VM or server boots.
+func copyDisk(t *testing.T, grow int64) string {
+	t.Helper()
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(out, fileDisk), disk); err != nil {
+	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), fileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(disk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(disk, fi.Size()+1<<30); err != nil {
+	if err := os.Truncate(disk, fi.Size()+grow); err != nil {
 		t.Fatal(err)
 	}
-	bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root", "persist: creating osb-data", "osb-probe: boots=1")
+	return disk
+}
+
+// TestBootDisk boots disk.raw as built, on a disk of its own size: the ESP's
+// UKI carries a slim initrd whose init takes the root image from the
+// osb-root partition and the persisted paths from the osb-data partition
+// the image ships. A second boot of the same file sees the first one's
+// data.
+func TestBootDisk(t *testing.T) {
+	disk := copyDisk(t, 0)
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root",
+		"persist: data partition /dev/vda3 mounted", "osb-probe: boots=1")
+	vm.Stop()
+	vm = bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "osb-probe: boots=2")
+	for _, bad := range []string{"WARNING", "creating osb-data", "persist: grew", "persist: moved"} {
+		if strings.Contains(vm.Console(), "osb-init: "+bad) {
+			t.Errorf("a disk of the image's size printed %q", bad)
+		}
+	}
+}
+
+// TestBootDiskGrows boots disk.raw copied onto a bigger disk, as a server
+// or a resized VM disk has it: the init moves the backup GPT to the end,
+// grows osb-data to the end of the disk and its file system with it.
+func TestBootDiskGrows(t *testing.T) {
+	const grow = 1 << 30
+	disk := copyDisk(t, grow)
+	grown := fmt.Sprintf("256 -> %d MiB", 256+grow>>20)
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}},
+		"persist: moved the backup GPT of /dev/vda",
+		"persist: grew osb-data (partition 3 of /dev/vda) to the end of the disk: "+grown,
+		"persist: grew the file system on /dev/vda3: "+grown,
+		"osb-probe: boots=1")
+	vm.Stop()
+
+	// The host's e2fsprogs and gdisk agree.
+	out := string(testutil.Run(t, testutil.RequireTool(t, "sgdisk"), "-v", disk))
+	if !strings.Contains(out, "No problems found") {
+		t.Errorf("sgdisk -v:\n%s", out)
+	}
+	info := string(testutil.Run(t, "sgdisk", "-i", "3", disk))
+	start := sgdiskField(t, info, "First sector: ")
+	last := sgdiskField(t, info, "Last sector: ")
+	fi, err := os.Stat(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (fi.Size()/512-33)/2048*2048 - 1; last != want {
+		t.Errorf("osb-data ends at sector %d, want %d (the last usable MiB)", last, want)
+	}
+	hdr := string(testutil.Run(t, testutil.RequireTool(t, "dumpe2fs"), "-h", disk+"?offset="+strconv.FormatInt(start*512, 10)))
+	if want := "Block count:              " + strconv.FormatInt((last+1-start)*512/4096, 10); !strings.Contains(hdr, want) {
+		t.Errorf("dumpe2fs -h lacks %q:\n%s", want, hdr)
+	}
+}
+
+// sgdiskField reads a number after label in sgdisk -i output.
+func sgdiskField(t *testing.T, out, label string) int64 {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, label)
+	if !ok {
+		t.Fatalf("no %q in:\n%s", label, out)
+	}
+	n, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// noDataDisk is disk.raw without its data partition and without room for
+// one: osb-data deleted, the file cut after osb-root plus the backup GPT.
+func noDataDisk(t *testing.T) string {
+	t.Helper()
+	sgdisk := testutil.RequireTool(t, "sgdisk")
+	disk := copyDisk(t, 0)
+	testutil.Run(t, sgdisk, "-d", "3", disk)
+	rootEnd := sgdiskField(t, string(testutil.Run(t, sgdisk, "-i", "2", disk)), "Last sector: ") + 1
+	if err := os.Truncate(disk, rootEnd*512+1<<20); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Run(t, sgdisk, "-e", disk) // the backup GPT to the new end
+	return disk
+}
+
+// TestBootDiskWithoutDataPartition: no data partition and no room for one
+// (recipe disk.dataSizeMiB: 0 on a disk of the image's size): the OS boots
+// with the persisted paths on tmpfs and says so loudly, on the console
+// and, at warning priority, in the journal (kernel log).
+func TestBootDiskWithoutDataPartition(t *testing.T) {
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{noDataDisk(t)}},
+		"osb-init: WARNING: persist: ",
+		"/var/lib/osb-persist-test are on tmpfs this boot",
+		"osb-probe: boots=1")
+	if !strings.Contains(vm.Console(), "MiB free after the root partition") {
+		t.Error("the warning does not say why there is no data partition")
+	}
+	// The kernel's copy (printk prefixes a time stamp): it is in the kernel
+	// log, which journald imports.
+	if !regexp.MustCompile(`\] osb-init: WARNING: persist: `).MatchString(vm.Console()) {
+		t.Error("the warning is not in the kernel log")
+	}
+}
+
+// TestBootDiskPersistRequired: the same disk with osb.persist.required=1
+// (recipe persistRequired: true) stops the boot with the reason. The disk
+// UKI's command line is fixed, so the kernel and slim initrd are booted
+// directly with the disk's command line plus the flag.
+func TestBootDiskPersistRequired(t *testing.T) {
+	out := testOutput(t)
+	requireTools(t, "qemu-system-x86_64")
+	cmdline, err := os.ReadFile(filepath.Join(out, fileCmdline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	vm, err := qemu.Start(ctx, qemu.Config{
+		UEFI: true, MemoryMB: 2048,
+		Kernel: filepath.Join(out, fileKernel), Initrd: filepath.Join(out, fileNoRoot),
+		Append:         "osb.root=partlabel:osb-root " + strings.TrimSpace(string(cmdline)) + " osb.persist.required=1",
+		Disks:          []string{noDataDisk(t)},
+		FailureMarkers: []string{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Stop()
+	if _, err := vm.WaitFor(ctx, "osb-init: FATAL: persist: "); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.WaitFor(ctx, "the image requires persistence (osb.persist.required=1)"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(vm.Console(), "osb-init: root ready") {
+		t.Errorf("the init went on to switch root:\n%s", vm.Tail(40))
+	}
 }
 
 // TestBootISO boots image.iso as a CD, the way Redfish Virtual Media

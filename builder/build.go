@@ -170,6 +170,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		name:      b.r.Name,
 		version:   b.r.Version,
 		arch:      b.r.Base.Architecture,
+		dataMiB:   int64(b.r.DataSizeMiB()),
 	}
 	if outputs["disk"] || outputs["pxe"] {
 		dir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
@@ -207,6 +208,9 @@ func (b *build) cmdline() string {
 	words := strings.Fields(b.r.Cmdline())
 	if p := b.r.Persist(); len(p) > 0 {
 		words = append(words, "osb.persist="+strings.Join(p, ","))
+	}
+	if b.r.PersistRequired {
+		words = append(words, "osb.persist.required=1")
 	}
 	return strings.Join(words, " ")
 }

@@ -56,6 +56,7 @@ type artifactInputs struct {
 	epoch         int64
 	name, version string
 	arch          string
+	dataMiB       int64 // disk.raw's osb-data partition, 0: none
 	signer        crypto.Signer
 	cert          *x509.Certificate
 }
@@ -195,7 +196,8 @@ func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
 }
 
 // writeDisk makes the GPT disk: its UKI boots a slim initrd that takes the
-// root image from the osb-root partition instead of carrying it.
+// root image from the osb-root partition instead of carrying it, and the
+// empty osb-data partition after it makes the file boot as built.
 func (a *artifactInputs) writeDisk(path string) error {
 	ukiPath := path + ".uki.tmp"
 	defer os.Remove(ukiPath)
@@ -206,6 +208,7 @@ func (a *artifactInputs) writeDisk(path string) error {
 		Architecture:    a.arch,
 		UKI:             ukiPath,
 		Root:            a.rootImage(),
+		DataSizeMiB:     a.dataMiB,
 		Seed:            a.name + "/" + a.version,
 		SourceDateEpoch: a.epoch,
 	})

@@ -1,12 +1,10 @@
 // Package diskimage writes the raw GPT disk image of an os-builder image:
 // partition 1 "osb-esp" (FAT32 ESP holding the UKI as the removable-media
 // boot path), partition 2 "osb-root" (the squashfs root image, verbatim)
-// and, only when asked, partition 3 "osb-data". The labels and types are
-// the ones docs/cmdline.md fixes for the init.
-//
-// The data partition is not created by default: the installer makes it on
-// first boot, sized to the target disk, so the image stays small and a
-// reinstall can keep an existing one.
+// and, when Options.DataSizeMiB asks for it, partition 3 "osb-data": an
+// empty ext4 file system labelled osb-data, last on the disk so that the
+// init can grow it to the end of a bigger disk at first boot. The labels
+// and types are the ones docs/cmdline.md fixes for the init.
 //
 // Images are written in user space (no loop devices or mounts), sparse,
 // and reproducibly: GUIDs and the FAT serial come from Options.Seed, FAT
@@ -39,6 +37,9 @@ const (
 	attrReadOnly   = uint64(1) << 60
 	defaultArch    = "amd64"
 	dataSizeLimMiB = 1 << 24 // 16 TiB: a sanity bound for DataSizeMiB
+	// MinDataSizeMiB is the smallest data partition: room for the ext4
+	// metadata and journal with space left over.
+	MinDataSizeMiB = 8
 )
 
 // Options says what goes on the disk.
@@ -57,8 +58,10 @@ type Options struct {
 	// ESPSizeMiB fixes the ESP size; 0 sizes it to its files plus headroom
 	// (at least MinESPSize). Too small a size is an ErrESPTooSmall error.
 	ESPSizeMiB int64
-	// DataSizeMiB > 0 adds an empty (unformatted) osb-data partition of
-	// that size. 0, the default, leaves it to the installer.
+	// DataSizeMiB > 0 adds an osb-data partition of that size, formatted
+	// as an empty ext4 file system labelled osb-data (by the host's mke2fs,
+	// reproducibly). 0, the default, leaves it out: the init then creates
+	// one when the disk has room after osb-root.
 	DataSizeMiB int64
 	// Seed derives the disk and partition GUIDs and the FAT serial; use
 	// something that names the build, e.g. recipe name and version.
@@ -110,8 +113,9 @@ func Plan(opts Options) (*Layout, error) {
 	if opts.Root == "" {
 		return nil, errors.New("no root image given")
 	}
-	if opts.ESPSizeMiB < 0 || opts.DataSizeMiB < 0 || opts.DataSizeMiB > dataSizeLimMiB {
-		return nil, fmt.Errorf("invalid partition sizes: ESP %d MiB, data %d MiB", opts.ESPSizeMiB, opts.DataSizeMiB)
+	if opts.ESPSizeMiB < 0 || opts.DataSizeMiB < 0 || opts.DataSizeMiB > dataSizeLimMiB ||
+		(opts.DataSizeMiB > 0 && opts.DataSizeMiB < MinDataSizeMiB) {
+		return nil, fmt.Errorf("invalid partition sizes: ESP %d MiB, data %d MiB (data: 0, or %d MiB to %d MiB)", opts.ESPSizeMiB, opts.DataSizeMiB, MinDataSizeMiB, dataSizeLimMiB)
 	}
 	uki, err := os.Stat(opts.UKI)
 	if err != nil {
@@ -245,7 +249,29 @@ func (l *Layout) write(f *os.File, opts Options) error {
 	if err := copySparse(f, l.RootStart, src, l.RootImageSize); err != nil {
 		return fmt.Errorf("copying root image %s: %w", l.rootSource, err)
 	}
+	if l.DataSize > 0 {
+		if err := l.writeData(f, opts); err != nil {
+			return fmt.Errorf("writing %s: %w", LabelData, err)
+		}
+	}
 	return nil
+}
+
+// writeData formats the data partition in a scratch file beside the image
+// and copies it in, sparsely.
+func (l *Layout) writeData(f *os.File, opts Options) error {
+	scratch := f.Name() + ".data"
+	defer os.Remove(scratch)
+	fs := ext4Image{Label: LabelData, Seed: opts.Seed, Epoch: opts.SourceDateEpoch, SizeByte: l.DataSize}
+	if err := fs.format(scratch); err != nil {
+		return err
+	}
+	src, err := os.Open(scratch)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	return copySparse(f, l.DataStart, src, l.DataSize)
 }
 
 // table is the GPT for the layout, with GUIDs derived from the seed.

@@ -261,6 +261,7 @@ func TestReadBackWithGoDiskfs(t *testing.T) {
 func TestReproducible(t *testing.T) {
 	fx := newFixture(t, 2*MiB, 2*MiB)
 	opts := fx.options()
+	opts.DataSizeMiB = 16 // the ext4 file system must be reproducible too
 	a := testutil.FileSHA256(t, fx.write(t, opts))
 	b := testutil.FileSHA256(t, fx.write(t, opts))
 	if a != b {
@@ -271,6 +272,7 @@ func TestReproducible(t *testing.T) {
 		t.Error("a different seed gave the same image")
 	}
 	opts = fx.options()
+	opts.DataSizeMiB = 16
 	opts.SourceDateEpoch += 3600
 	if c := testutil.FileSHA256(t, fx.write(t, opts)); c == a {
 		t.Error("a different SOURCE_DATE_EPOCH gave the same image")
@@ -323,6 +325,8 @@ func TestErrors(t *testing.T) {
 		{"ESP file replaces UKI", func(o *Options) { o.ESPFiles = map[string]string{"EFI/BOOT/BOOTX64.EFI": empty} }, "replace the UKI", nil},
 		{"ESP case collision", func(o *Options) { o.ESPFiles = map[string]string{"efi/boot/bootx64.efi": empty} }, "collide", nil},
 		{"ESP file escapes", func(o *Options) { o.ESPFiles = map[string]string{"../x": empty} }, "invalid FAT path", nil},
+		{"data too small for ext4", func(o *Options) { o.DataSizeMiB = MinDataSizeMiB - 1 }, "invalid partition sizes", nil},
+		{"data beyond the bound", func(o *Options) { o.DataSizeMiB = dataSizeLimMiB + 1 }, "invalid partition sizes", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -471,4 +475,37 @@ type recordingWriter struct {
 func (w *recordingWriter) WriteAt(p []byte, off int64) (int, error) {
 	w.written += int64(len(p))
 	return copy(w.buf[off:], p), nil
+}
+
+// TestDataPartitionIsExt4 checks the osb-data partition with e2fsprogs: a
+// clean, empty ext4 file system labelled osb-data, 4 KiB blocks (it is
+// grown at first boot), UUID derived from the seed, filling the partition.
+func TestDataPartitionIsExt4(t *testing.T) {
+	dumpe2fs := testutil.RequireTool(t, "dumpe2fs")
+	e2fsck := testutil.RequireTool(t, "e2fsck")
+	fx := newFixture(t, MiB, 3*MiB)
+	opts := fx.options()
+	opts.DataSizeMiB = 64
+	p := fx.write(t, opts)
+	l, err := Plan(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.DataStart != l.RootStart+l.RootSize || l.DiskSize != l.DataStart+l.DataSize+MiB {
+		t.Fatalf("osb-data at %d+%d on a %d-byte disk: not last before the backup GPT", l.DataStart, l.DataSize, l.DiskSize)
+	}
+	part := testutil.WriteFile(t, t.TempDir(), "data.ext4", testutil.ReadRange(t, p, l.DataStart, l.DataSize))
+	testutil.Run(t, e2fsck, "-fn", part)
+	hdr := string(testutil.Run(t, dumpe2fs, "-h", part))
+	for _, want := range []string{
+		"Filesystem volume name:   " + LabelData,
+		"Filesystem UUID:          " + seededGUID(opts.Seed, "ext4-uuid:"+LabelData),
+		"Block size:               4096",
+		"Block count:              " + strconv.FormatInt(64*MiB/4096, 10),
+		"Filesystem features:      has_journal",
+	} {
+		if !strings.Contains(hdr, want) {
+			t.Errorf("dumpe2fs -h lacks %q:\n%s", want, hdr)
+		}
+	}
 }

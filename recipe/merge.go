@@ -154,6 +154,18 @@ func (r *Recipe) Cmdline() string {
 	return strings.Join(words, " ")
 }
 
+// DataSizeMiB is the effective disk.dataSizeMiB: as set, else
+// DefaultDataSizeMiB when the recipe persists paths, else 0.
+func (r *Recipe) DataSizeMiB() int {
+	if r.Disk.DataSizeMiB != nil {
+		return *r.Disk.DataSizeMiB
+	}
+	if len(r.Persist()) > 0 {
+		return DefaultDataSizeMiB
+	}
+	return 0
+}
+
 // Persist is every layer's persisted paths, deduplicated and sorted.
 func (r *Recipe) Persist() []string {
 	seen := map[string]bool{}

@@ -214,6 +214,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad-mode", `layer.yaml:5: files[0].mode: "0999" is not an octal mode`},
 		{"source-outside-tree", `layer.yaml:4: files[0].source: "../../units/hello.service" resolves to testdata/units/hello.service, outside the recipe's tree testdata/errors/source-outside-tree`},
 		{"exclude-missing", `recipe.yaml:7: exclude[1]: no layer named "nope" (layers: l)`},
+		{"bad-disk", `recipe.yaml:8: disk.dataSizeMiB: 4: want 0 (no data partition) or 8 to 1048576`},
 		{"bad-values", `recipe.yaml:5: base.release: "sid" is not supported (one of: bookworm, trixie)`},
 		{"user-conflict", `b.yaml:3: users[0]: user "app" is defined differently at testdata/errors/user-conflict/a.yaml:3`},
 		{"syntax-error", `layer.yaml:2: invalid YAML: did not find expected ',' or ']'`},
@@ -275,5 +276,31 @@ func TestGoModuleVersion(t *testing.T) {
 		if got := isGoModuleVersion(v); got != want {
 			t.Errorf("isGoModuleVersion(%q) = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// TestDataSizeMiB: disk.dataSizeMiB as set; unset, a data partition only
+// when the recipe persists paths.
+func TestDataSizeMiB(t *testing.T) {
+	size := func(n int) *int { return &n }
+	persisting := []*Layer{{Name: "p", Persist: []string{"/var/lib/x"}}}
+	tests := []struct {
+		name   string
+		set    *int
+		layers []*Layer
+		want   int
+	}{
+		{"unset, persists", nil, persisting, DefaultDataSizeMiB},
+		{"unset, persists nothing", nil, []*Layer{{Name: "l"}}, 0},
+		{"0, persists", size(0), persisting, 0},
+		{"set", size(1024), nil, 1024},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Recipe{Disk: Disk{DataSizeMiB: tc.set}, Resolved: tc.layers}
+			if got := r.DataSizeMiB(); got != tc.want {
+				t.Errorf("DataSizeMiB() = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

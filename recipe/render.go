@@ -18,8 +18,11 @@ type rendered struct {
 	Kernel   Kernel   `json:"kernel"`
 	Outputs  []string `json:"outputs"`
 	Exclude  []string `json:"exclude,omitempty"`
-	Layers   []Layer  `json:"layers"`
-	Merged   merged   `json:"merged"`
+	// Disk and PersistRequired: the effective values.
+	Disk            Disk    `json:"disk"`
+	PersistRequired bool    `json:"persistRequired"`
+	Layers          []Layer `json:"layers"`
+	Merged          merged  `json:"merged"`
 }
 
 type merged struct {
@@ -31,18 +34,22 @@ type merged struct {
 	Cmdline  string         `json:"cmdline"`
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // Render prints the fully resolved recipe as "yaml" or "json". The output is
 // deterministic: same files in, same bytes out.
 func Render(r *Recipe, format string) ([]byte, error) {
 	out := rendered{
-		Name:     r.Name,
-		Version:  r.Version,
-		Base:     r.Base,
-		UnitsDir: r.UnitsDir,
-		Kernel:   r.Kernel,
-		Outputs:  r.Outputs,
-		Exclude:  r.Exclude,
-		Layers:   make([]Layer, len(r.Resolved)),
+		Name:            r.Name,
+		Version:         r.Version,
+		Base:            r.Base,
+		UnitsDir:        r.UnitsDir,
+		Kernel:          r.Kernel,
+		Outputs:         r.Outputs,
+		Exclude:         r.Exclude,
+		Disk:            Disk{DataSizeMiB: ptr(r.DataSizeMiB())},
+		PersistRequired: r.PersistRequired,
+		Layers:          make([]Layer, len(r.Resolved)),
 		Merged: merged{
 			Packages: nonNil(r.Packages()),
 			Files:    nonNil(r.Files()),

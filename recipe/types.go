@@ -23,6 +23,12 @@ type Recipe struct {
 	// Exclude names layers to leave out of this build (also settable from the
 	// CLI); what was left out is recorded in the output manifest.
 	Exclude []string `json:"exclude,omitempty"`
+	// Disk shapes the disk image (output disk).
+	Disk Disk `json:"disk,omitempty"`
+	// PersistRequired makes the init stop (FATAL) when the persisted paths
+	// cannot be kept on a data partition, instead of booting with them on
+	// tmpfs and a warning.
+	PersistRequired bool `json:"persistRequired,omitempty"`
 
 	// Resolved holds the layers after include resolution, in apply order.
 	// Filled by Load; never read from YAML.
@@ -49,6 +55,26 @@ type Base struct {
 	// Packages installed by mmdebstrap on top of the "required" set.
 	Packages []string `json:"packages,omitempty"`
 }
+
+// Disk shapes disk.raw.
+type Disk struct {
+	// DataSizeMiB is the size of the empty ext4 osb-data partition shipped
+	// in disk.raw after osb-root; the init grows it to the end of a bigger
+	// disk at first boot. 0: none. Default: DefaultDataSizeMiB when the
+	// recipe persists paths, else 0 (see Recipe.DataSizeMiB).
+	DataSizeMiB *int `json:"dataSizeMiB,omitempty"`
+}
+
+// DefaultDataSizeMiB is the data partition size of disk.raw when the recipe
+// persists paths and does not say.
+const DefaultDataSizeMiB = 256
+
+// Bounds of disk.dataSizeMiB: ext4 needs a few MiB; the image is sparse,
+// but a data partition beyond 1 TiB is surely a unit mistake.
+const (
+	MinDataSizeMiB = 8
+	MaxDataSizeMiB = 1 << 20
+)
 
 // Kernel configures the kernel command line baked into boot artifacts.
 type Kernel struct {

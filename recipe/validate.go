@@ -99,6 +99,9 @@ func validateRecipe(r *Recipe, doc *document, p *problems) {
 			p.addf(doc, fmt.Sprintf("exclude[%d]", i), "must not be empty")
 		}
 	}
+	if d := r.Disk.DataSizeMiB; d != nil && *d != 0 && (*d < MinDataSizeMiB || *d > MaxDataSizeMiB) {
+		p.addf(doc, "disk.dataSizeMiB", "%d: want 0 (no data partition) or %d to %d", *d, MinDataSizeMiB, MaxDataSizeMiB)
+	}
 }
 
 // validateLayers checks every resolved layer on its own, then what they must

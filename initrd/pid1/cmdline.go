@@ -110,6 +110,10 @@ type Config struct {
 	// Fatal is set even when ParseCmdline fails on other parameters, so
 	// that a bad command line follows it too.
 	Fatal FatalPolicy
+
+	// PersistRequired: no data partition for Persist is fatal instead of
+	// a warning and tmpfs (osb.persist.required).
+	PersistRequired bool
 }
 
 // DefaultDataPartLabel and DefaultRootPartLabel are the GPT partition names
@@ -221,6 +225,13 @@ func ParseCmdline(cmdline string) (Config, error) {
 				continue
 			}
 			cfg.Persist = ps
+		case "osb.persist.required":
+			b, err := parseBool(value)
+			if err != nil {
+				fail("osb.persist.required: %v", err)
+				continue
+			}
+			cfg.PersistRequired = b
 		case "osb.data":
 			d, err := parseDeviceRef(value)
 			if err != nil {

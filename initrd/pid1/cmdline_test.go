@@ -51,6 +51,9 @@ func TestParseCmdline(t *testing.T) {
 			want: with(func(c *Config) { c.Root = RootSource{RootURL, "https://h/r.img"}; c.RootSHA256 = digest })},
 		{name: "persist", in: "osb.persist=/var/lib/a,/etc/b/,/var/lib/a osb.data=label:DATA",
 			want: with(func(c *Config) { c.Persist = []string{"/var/lib/a", "/etc/b"}; c.Data = DeviceRef{RootLabel, "DATA"} })},
+		{name: "persist required", in: "osb.persist=/var/lib/a osb.persist.required=1",
+			want: with(func(c *Config) { c.Persist = []string{"/var/lib/a"}; c.PersistRequired = true })},
+		{name: "persist required bad", in: "osb.persist.required=true", wantErr: "osb.persist.required"},
 		{name: "last wins", in: "osb.mode=install osb.mode=memory", want: defaults},
 		{name: "install", in: "osb.mode=install osb.install.image=http://h/d.raw osb.install.sha256=" + digest + " osb.install.target=size:100-2000 osb.install.wipe=1",
 			want: with(func(c *Config) {
@@ -175,7 +178,7 @@ func FuzzParseCmdline(f *testing.F) {
 
 var knownParams = map[string]bool{
 	"osb.mode": true, "osb.root": true, "osb.root.sha256": true, "osb.overlay": true,
-	"osb.persist": true, "osb.data": true, "osb.install.image": true, "osb.install.sha256": true,
+	"osb.persist": true, "osb.persist.required": true, "osb.data": true, "osb.install.image": true, "osb.install.sha256": true,
 	"osb.install.target": true, "osb.install.wipe": true, "osb.debug": true, "osb.fatal": true,
 }
 

@@ -19,7 +19,8 @@ import (
 // ext4) is mounted at DataDir, and each osb.persist path P is bind-mounted
 // from DataDir/persist/P over the overlay root. The first boot seeds
 // DataDir/persist/P with the image's P, so /etc/ssh etc. start out as the
-// image has them.
+// image has them. On disk boots the disk is first fitted (grow.go); without
+// a data partition the paths go on a tmpfs at DataDir, with a warning.
 
 const (
 	// DataDir is where the data partition is mounted; under /run, so it
@@ -44,11 +45,21 @@ var DataWait = 5 * time.Second
 
 // setupPersist mounts the data partition and bind-mounts the persisted
 // paths into sysroot. rootDev is the root partition's device on disk boots,
-// "" otherwise: only then may a missing data partition be created.
+// "" otherwise: only then is the disk fitted (backup GPT at the end,
+// osb-data grown, fitDisk) and may a missing data partition be created.
+// When there is no data partition and none can be made, the paths go on a
+// tmpfs with a loud warning, or the boot stops when cfg.PersistRequired.
 func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 	wait := DataWait
+	defaultData := cfg.Data.Kind == RootPartLabel && cfg.Data.Value == partLabelData
 	if rootDev != "" {
 		wait = 0 // the boot disk has been scanned already
+		if defaultData {
+			// Not fatal: the disk then boots as it is, only smaller.
+			if err := i.fitDisk(rootDev); err != nil {
+				i.warnf("WARNING: persist: could not fit the partition table to the disk: %v", err)
+			}
+		}
 	}
 	dev, err := waitForBlockDevice(cfg.Data, wait)
 	if err != nil {
@@ -59,12 +70,17 @@ func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 		return nil // nothing asked for, nothing there
 	}
 	if dev == "" {
-		if rootDev == "" || cfg.Data.Kind != RootPartLabel || cfg.Data.Value != partLabelData {
-			i.logf("WARNING: persist: no data partition %s; %s stay in RAM this boot and are lost at shutdown", cfg.Data, strings.Join(cfg.Persist, ", "))
-			return nil
+		var why error
+		if rootDev == "" || !defaultData {
+			why = fmt.Errorf("no data partition %s", cfg.Data)
+		} else if dev, err = i.createDataPartition(rootDev); err != nil {
+			why = err
 		}
-		if dev, err = i.createDataPartition(rootDev); err != nil {
-			return fmt.Errorf("persist: %w", err)
+		if why != nil {
+			if cfg.PersistRequired {
+				return fmt.Errorf("persist: %w; the image requires persistence (osb.persist.required=1)", why)
+			}
+			return i.persistInRAM(cfg, sysroot, why)
 		}
 	}
 	if err := os.MkdirAll(DataDir, 0o755); err != nil {
@@ -74,6 +90,14 @@ func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 		return fmt.Errorf("persist: mount data partition %s (%s) as ext4 on %s: %w", dev, cfg.Data, DataDir, err)
 	}
 	i.logf("persist: data partition %s mounted on %s", dev, DataDir)
+	if err := i.growFilesystem(dev, DataDir); err != nil {
+		i.warnf("WARNING: persist: could not grow the file system on %s: %v", dev, err)
+	}
+	return i.bindAll(cfg, sysroot)
+}
+
+// bindAll bind-mounts every persisted path from DataDir into sysroot.
+func (i *initProcess) bindAll(cfg *Config, sysroot string) error {
 	for _, p := range cfg.Persist {
 		if err := bindPersisted(filepath.Join(DataDir, persistSubdir), sysroot, p); err != nil {
 			return fmt.Errorf("persist %s: %w", p, err)
@@ -81,6 +105,32 @@ func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 		i.logf("persist: %s", p)
 	}
 	return nil
+}
+
+// persistInRAM puts a tmpfs where the data partition would be mounted and
+// binds the persisted paths from it as usual (seeded from the image), so
+// the OS sees the same mounts; what is written there is lost at shutdown.
+func (i *initProcess) persistInRAM(cfg *Config, sysroot string, why error) error {
+	i.warnf("WARNING: persist: %v", why)
+	i.warnf("WARNING: persist: %s are on tmpfs this boot: changes are LOST at shutdown (recipe persistRequired / osb.persist.required=1 stops the boot instead)", strings.Join(cfg.Persist, ", "))
+	if err := os.MkdirAll(DataDir, 0o755); err != nil {
+		return fmt.Errorf("persist: %w", err)
+	}
+	if err := unix.Mount("osb-data-tmpfs", DataDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("persist: mount a tmpfs on %s: %w", DataDir, err)
+	}
+	return i.bindAll(cfg, sysroot)
+}
+
+// warnf prints a warning on the console and puts it in the kernel log with
+// warning priority, where journald picks it up (journalctl -k -p warning).
+func (i *initProcess) warnf(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	i.logf("%s", msg)
+	if k, err := os.OpenFile("/dev/kmsg", os.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		k.WriteString("<4>" + logPrefix + msg)
+		k.Close()
+	}
 }
 
 // bindPersisted bind-mounts store/p over sysroot/p, first seeding store/p
