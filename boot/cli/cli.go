@@ -29,7 +29,7 @@ import (
 // Exit codes. They are part of the interface: scripts branch on them.
 const (
 	ExitOK       = 0
-	ExitUsage    = 2 // bad flags or arguments
+	ExitUsage    = 2 // bad flags or arguments, an invalid --state file
 	ExitMismatch = 3 // the plan cannot be carried out: image lacks the artifacts, BMC lacks the capability
 	ExitBMC      = 4 // the BMC failed or was unreachable
 	ExitTimeout  = 5 // a wait ran out (media insertion, boot evidence, --timeout)
@@ -110,7 +110,7 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, boot.ErrInvalidState):
 		return ExitUsage
 	case errors.Is(err, boot.ErrPlan), errors.Is(err, boot.ErrCapability):
 		return ExitMismatch
