@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -133,5 +134,44 @@ func TestExitCodes(t *testing.T) {
 	}
 	if b := emu.Boots(); len(b) != 1 || b[0].Target != "UefiHttp" {
 		t.Errorf("boots %+v", b)
+	}
+}
+
+// TestTimeoutBoundsBMCCommands: status and eject against a BMC that
+// accepts connections and never answers end at --timeout with exit code 5.
+func TestTimeoutBoundsBMCCommands(t *testing.T) {
+	t.Setenv(redfish.EnvUsername, "admin")
+	t.Setenv(redfish.EnvPassword, "password")
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(hung.Close)
+	t.Cleanup(func() { close(release) })
+	for _, cmd := range []string{"status", "eject"} {
+		t.Run(cmd, func(t *testing.T) {
+			done := make(chan struct{})
+			var code int
+			var errOut string
+			start := time.Now()
+			go func() {
+				defer close(done)
+				code, _, errOut = run(t, cmd, "--bmc", hung.URL, "--timeout", "500ms")
+			}()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s still running 15s after a 500ms --timeout", cmd)
+			}
+			if code != ExitTimeout || !strings.Contains(errOut, "deadline") {
+				t.Errorf("exit %d, want %d; stderr %q", code, ExitTimeout, errOut)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("took %s for a 500ms --timeout", took)
+			}
+		})
 	}
 }
