@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -69,7 +68,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf.BoolVar(&o.rootURL, "root-url", false, "memory mode: fetch the root image from the artifact server (pxe, initrd without root image)")
 	pf.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
 	pf.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
-	pf.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "serverboot-cache"), "artifact blob cache directory")
+	pf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
 	pf.StringVar(&o.stateFile, "state", "", "boot state file (JSON); a re-run resumes from it")
 	pf.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
 	pf.BoolVar(&o.jsonOut, "json", false, "print JSON")
@@ -260,6 +259,7 @@ func (o *options) boot(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		srv.Logf = func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }
 		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
 		served = make(chan error, 1)
 		go func() { served <- srv.ListenAndServe(serveCtx, o.listen, nil) }()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestExitCodes(t *testing.T) {
 	defer bmc.Close()
 	dead := httptest.NewServer(nil)
 	dead.Close()
-	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", t.TempDir()}
+	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", filepath.Join(t.TempDir(), "cache")}
 	state := t.TempDir() + "/state.json"
 
 	tests := []struct {
