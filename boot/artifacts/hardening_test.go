@@ -521,3 +521,45 @@ func TestSlowClients(t *testing.T) {
 		}
 	})
 }
+
+// FuzzServePath: request paths are outside input. Whatever the path, the
+// server answers without panicking and serves bytes only for a published
+// digest/name pair or script.
+func FuzzServePath(f *testing.F) {
+	blob := []byte("uki bytes")
+	src, sum := writeFile(f, f.TempDir(), "uki.efi", blob)
+	srv, err := NewServer(FileSource{sum: src}, privateDir(f), "http://x")
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv.Logf = func(string, ...any) {}
+	if err := srv.Publish(f.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Name: "uki.efi"}}},
+		[]boot.Script{{Name: "a.ipxe", Content: "#!ipxe\n"}}); err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{"/blobs/" + sum.String() + "/uki.efi", "/ipxe/a.ipxe", "/blobs/sha256:../../etc/passwd/x",
+		"/blobs/" + sum.String() + "/../uki.efi", "/blobs//", "/ipxe/", "/%2e%2e/", "/blobs/sha512:00/x"} {
+		f.Add(seed, "")
+		f.Add(seed, "bytes=0-3")
+	}
+	f.Fuzz(func(t *testing.T, p, rng string) {
+		req, err := http.NewRequest("GET", "http://x/", nil)
+		if err != nil {
+			t.Skip()
+		}
+		req.URL.Path = p
+		if rng != "" {
+			req.Header["Range"] = []string{rng}
+		}
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code/100 != 2 {
+			return
+		}
+		switch strings.TrimPrefix(p, "/") { // the server reads the path without its leading slash
+		case "blobs/" + sum.String() + "/uki.efi", "ipxe/a.ipxe":
+		default:
+			t.Fatalf("served %d for unpublished path %q", rec.Code, p)
+		}
+	})
+}
