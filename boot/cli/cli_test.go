@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -89,6 +90,10 @@ func TestExitCodes(t *testing.T) {
 	dead.Close()
 	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", filepath.Join(t.TempDir(), "cache")}
 	state := t.TempDir() + "/state.json"
+	badState := t.TempDir() + "/bad.json"
+	if err := os.WriteFile(badState, []byte(`{"planDigest": "sha256:`+strings.Repeat("0", 64)+`", "done": -1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -104,6 +109,7 @@ func TestExitCodes(t *testing.T) {
 		{"install mismatch", append([]string{"boot", "--bmc", bmc.URL, "--install", "disk", "--install-target", "serial:osb-disk0"}, common...), ExitMismatch,
 			"install mode disk (target serial:osb-disk0) needs kernel+initrd-noroot+disk in the image, missing kernel, initrd-noroot: it has disk, uki"},
 		{"install without target", append([]string{"plan", "--install", "disk"}, common...), ExitMismatch, "needs a target disk selector"},
+		{"invalid state", append([]string{"boot", "--bmc", bmc.URL, "--state", badState}, common...), ExitUsage, "invalid boot state: done = -1, must not be negative"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
 		{"boot again: nothing to do", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "1m", "--timeout", "20s"}, common...), ExitOK, "nothing to do"},
@@ -116,7 +122,7 @@ func TestExitCodes(t *testing.T) {
 		if code != tc.want || !strings.Contains(errOut+out, tc.contains) {
 			t.Errorf("%s: exit %d, want %d; stdout %q stderr %q", tc.name, code, tc.want, out, errOut)
 		}
-		if strings.Contains(tc.name, "mismatch") && emu.Requests() != before {
+		if (strings.Contains(tc.name, "mismatch") || tc.name == "invalid state") && emu.Requests() != before {
 			t.Errorf("mismatch made %d BMC requests", emu.Requests()-before)
 		}
 		if tc.name == "status" {
