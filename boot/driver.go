@@ -41,6 +41,11 @@ type Driver struct {
 // Run executes the plan from where st says it stopped. st is updated in
 // place (steps done, conditions); the caller persists it.
 func (d *Driver) Run(ctx context.Context, bmc BMC, p *Plan, st *State) error {
+	// A state from a file is outside input: indexing the plan with it must
+	// not panic, and a count beyond the plan must not pass for "finished".
+	if err := st.Validate(p); err != nil {
+		return err
+	}
 	digest := p.Digest()
 	if st.PlanDigest != digest {
 		networkBooted := st.NetworkBooted

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,7 +148,7 @@ func newRig(t testing.TB, img *fakeImage, opts redfishemu.Options) *rig {
 		t.Cleanup(as.Close)
 		r.artURL = as.URL
 		var err error
-		if r.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: img.Ref.Context()}, t.TempDir(), as.URL); err != nil {
+		if r.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: img.Ref.Context()}, filepath.Join(t.TempDir(), "cache"), as.URL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -521,7 +522,7 @@ func TestSessionLoggedOutOnClose(t *testing.T) {
 func TestAdvertiseDiffersFromListen(t *testing.T) {
 	reg := newRegistry(t)
 	img := pushImage(t, reg, "os/adv", allKinds(), allMethods(), osimage.BootUEFIHTTP)
-	srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: img.Ref.Context()}, t.TempDir(), "http://boot.example:8080/prefix")
+	srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: img.Ref.Context()}, filepath.Join(t.TempDir(), "cache"), "http://boot.example:8080/prefix")
 	if err != nil {
 		t.Fatal(err)
 	}

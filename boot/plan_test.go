@@ -266,7 +266,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil || st.Done != 0 {
 		t.Fatalf("missing file: %v %+v", err, st)
 	}
-	st.Done = 3
+	st.PlanDigest, st.Done = (&Plan{}).Digest(), 3
 	st.SetCondition(Condition{Type: ConditionNetworkBootedOnce, Status: ConditionTrue, Reason: "x"}, fixedTime)
 	st.SetCondition(Condition{Type: ConditionNetworkBootedOnce, Status: ConditionTrue, Reason: "y"}, fixedTime.Add(1))
 	if err := SaveState(p, st); err != nil {

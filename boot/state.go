@@ -1,10 +1,14 @@
 package boot
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -78,20 +82,83 @@ func (s *State) Condition(t string) (Condition, bool) {
 	return Condition{}, false
 }
 
-// LoadState reads a state file; a missing file is an empty state.
+// ErrInvalidState marks a state that cannot belong to any run of the
+// driver (hand-edited, corrupt, or from another plan).
+var ErrInvalidState = errors.New("invalid boot state")
+
+// maxStateSize bounds a state file before it is read: a real one is a few
+// KiB (a digest, a counter, a handful of conditions).
+const maxStateSize = 1 << 20
+
+// LoadState reads a state file; a missing file is an empty state. The state
+// is checked on its own (see ParseState); Driver.Run checks it against the
+// plan.
 func LoadState(path string) (*State, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if os.IsNotExist(err) {
 		return &State{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading boot state: %w", err)
 	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStateSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading boot state %s: %w", path, err)
+	}
+	if len(b) > maxStateSize {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalidState, path, maxStateSize)
+	}
+	s, err := ParseState(b)
+	if err != nil {
+		return nil, fmt.Errorf("boot state %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseState decodes a state (JSON) and checks what it says on its own: a
+// step count that is not negative, and a plan digest that is one (a state
+// with steps done but no plan is corrupt).
+func ParseState(b []byte) (*State, error) {
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("parsing boot state %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidState, err)
+	}
+	if s.Done < 0 {
+		return nil, fmt.Errorf("%w: done = %d, must not be negative", ErrInvalidState, s.Done)
+	}
+	if s.PlanDigest == "" && s.Done != 0 {
+		return nil, fmt.Errorf("%w: done = %d without a planDigest", ErrInvalidState, s.Done)
+	}
+	if s.PlanDigest != "" && !isPlanDigest(s.PlanDigest) {
+		return nil, fmt.Errorf("%w: planDigest %q is not sha256:<64 hex digits>", ErrInvalidState, s.PlanDigest)
 	}
 	return &s, nil
+}
+
+// Validate checks the state against the plan it is about to drive: for the
+// same plan, done must lie within [0, len(steps)]. A state of another plan
+// is valid: Run starts that plan from its first step.
+func (s *State) Validate(p *Plan) error {
+	if s.Done < 0 {
+		return fmt.Errorf("%w: done = %d, must not be negative", ErrInvalidState, s.Done)
+	}
+	if s.PlanDigest == "" && s.Done != 0 {
+		return fmt.Errorf("%w: done = %d without a planDigest", ErrInvalidState, s.Done)
+	}
+	if s.PlanDigest == p.Digest() && s.Done > len(p.Steps) {
+		return fmt.Errorf("%w: done = %d, but plan %s has %d steps", ErrInvalidState, s.Done, s.PlanDigest, len(p.Steps))
+	}
+	return nil
+}
+
+func isPlanDigest(d string) bool {
+	h, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
 }
 
 // SaveState writes a state file atomically (temp file + rename), so a crash

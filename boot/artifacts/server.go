@@ -1,8 +1,9 @@
 // Package artifacts is the HTTP server a booting machine fetches its UKI,
 // kernel, initrd, root image and ISO from, straight from the image's blobs
-// (registry, OCI layout or local files). Blobs are cached to a local
-// directory by digest on first request and verified before they are served,
-// so HEAD, Range and Content-Length work like for any static file.
+// (registry, OCI layout or local files). Blobs are cached to a private
+// local directory by digest and verified (once per process) before they
+// are served, so HEAD, Range and Content-Length work like for any static
+// file.
 package artifacts
 
 import (
@@ -13,12 +14,14 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
+	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -89,14 +92,23 @@ var ErrDigestMismatch = errors.New("digest mismatch")
 // and advertises another (Advertise), since machines often reach it through
 // a different address than the one it binds.
 type Server struct {
+	// Logf receives why a blob could not be fetched or why a cached one was
+	// replaced; default log.Printf. Set it before serving.
+	Logf func(format string, args ...any)
+	// FetchTimeout bounds one fetch of a blob from the source; default 30
+	// minutes (a multi-GiB disk image from a remote registry).
+	FetchTimeout time.Duration
+
 	source    Source
-	cacheDir  string
+	cache     *blobCache
 	advertise string
+	timeouts  timeouts
 
 	mu        sync.Mutex
 	published map[string]bool   // "<digest>/<name>" published
 	scripts   map[string]string // script name -> content
 	inflight  map[string]*fetch // digest -> running fetch
+	verified  map[string]bool   // digests whose cached bytes were hashed in this process
 	served    map[string]bool   // URL paths served completely by GET
 	servedCh  chan struct{}     // closed and replaced whenever served grows
 }
@@ -106,15 +118,52 @@ type fetch struct {
 	err  error
 }
 
+// timeouts of the HTTP server. Requests are GET/HEAD: the header is the
+// whole request. Responses are blobs of up to GiBs to firmware of unknown
+// speed, so no WriteTimeout can bound a whole download: blob bodies get a
+// write deadline per chunk instead (writeStall: a client that takes
+// nothing for that long is cut), and WriteTimeout bounds the rest.
+type timeouts struct {
+	readHeader, read, write, idle, writeStall time.Duration
+	writeChunk                                int64
+}
+
+var defaultTimeouts = timeouts{
+	readHeader: 10 * time.Second,
+	read:       30 * time.Second,
+	write:      2 * time.Minute,
+	idle:       2 * time.Minute,
+	writeStall: time.Minute,
+	writeChunk: 1 << 20, // 1 MiB per writeStall: clients slower than ~17 KiB/s are cut
+}
+
 // NewServer returns a server reading blobs from source, caching them in
-// cacheDir and advertising advertiseURL (e.g. http://10.0.0.5:8080).
+// cacheDir (default: DefaultCacheDir) and advertising advertiseURL (e.g.
+// http://10.0.0.5:8080). The cache directory is created 0700 and refused
+// unless it is a directory of the effective uid without group/other
+// access.
 func NewServer(source Source, cacheDir, advertiseURL string) (*Server, error) {
-	if err := os.MkdirAll(filepath.Join(cacheDir, "sha256"), 0o755); err != nil {
-		return nil, fmt.Errorf("artifact cache: %w", err)
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = DefaultCacheDir(); err != nil {
+			return nil, fmt.Errorf("%w: %w", errCache, err)
+		}
 	}
-	return &Server{source: source, cacheDir: cacheDir, advertise: strings.TrimSuffix(advertiseURL, "/"),
-		published: map[string]bool{}, scripts: map[string]string{}, inflight: map[string]*fetch{},
+	cache, err := openCache(cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{source: source, cache: cache, advertise: strings.TrimSuffix(advertiseURL, "/"), timeouts: defaultTimeouts,
+		published: map[string]bool{}, scripts: map[string]string{}, inflight: map[string]*fetch{}, verified: map[string]bool{},
 		served: map[string]bool{}, servedCh: make(chan struct{})}, nil
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
 }
 
 // AdvertiseURL is the base URL plans should use (boot.Request.ArtifactBaseURL).
@@ -131,7 +180,7 @@ func (s *Server) Publish(ctx context.Context, arts []boot.PublishedArtifact, scr
 		if err != nil {
 			return fmt.Errorf("artifact %s: %w", a.Name, err)
 		}
-		if _, err := s.cached(ctx, d); err != nil {
+		if err := s.ready(ctx, d); err != nil {
 			return fmt.Errorf("artifact %s: %w", a.Name, err)
 		}
 		s.mu.Lock()
@@ -146,73 +195,127 @@ func (s *Server) Publish(ctx context.Context, arts []boot.PublishedArtifact, scr
 	return nil
 }
 
-// cached returns the cache path of a verified blob, fetching it once even
-// under concurrent requests.
-func (s *Server) cached(ctx context.Context, d v1.Hash) (string, error) {
-	if d.Algorithm != "sha256" {
-		return "", fmt.Errorf("unsupported digest algorithm %s", d.Algorithm)
+// ready returns once the blob is cached and verified in this process. The
+// first caller starts one shared fetch; it runs detached from every
+// caller's context (bounded by FetchTimeout), so a caller that leaves, such
+// as a client disconnecting, fails nobody else.
+func (s *Server) ready(ctx context.Context, d v1.Hash) error {
+	if d.Algorithm != "sha256" || len(d.Hex) != sha256.Size*2 {
+		return fmt.Errorf("unsupported digest %s", d)
 	}
-	p := filepath.Join(s.cacheDir, "sha256", d.Hex)
-	for {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		s.mu.Lock()
-		f, running := s.inflight[d.String()]
-		if !running {
-			f = &fetch{done: make(chan struct{})}
-			s.inflight[d.String()] = f
-		}
+	s.mu.Lock()
+	if s.verified[d.Hex] {
 		s.mu.Unlock()
-		if running {
-			select {
-			case <-f.done:
-				if f.err != nil {
-					return "", f.err
-				}
-				continue
-			case <-ctx.Done():
-				return "", ctx.Err()
+		return nil
+	}
+	f, running := s.inflight[d.Hex]
+	if !running {
+		f = &fetch{done: make(chan struct{})}
+		s.inflight[d.Hex] = f
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(s.FetchTimeout, 30*time.Minute))
+		go func() {
+			defer cancel()
+			err := s.ensure(fctx, d)
+			if err != nil {
+				s.logf("artifact server: blob %s unavailable: %v", d, err)
 			}
-		}
-		f.err = s.fetch(ctx, d, p)
-		s.mu.Lock()
-		delete(s.inflight, d.String())
-		s.mu.Unlock()
-		close(f.done)
-		if f.err != nil {
-			return "", f.err
-		}
-		return p, nil
+			s.mu.Lock()
+			f.err = err
+			delete(s.inflight, d.Hex)
+			if err == nil {
+				s.verified[d.Hex] = true
+			}
+			s.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
-func (s *Server) fetch(ctx context.Context, d v1.Hash, dst string) error {
+// ensure makes the cache hold the blob: a cached copy is hashed first (it
+// may predate this process: planted, truncated, bit-rotted) and replaced by
+// a fetch unless it matches.
+func (s *Server) ensure(ctx context.Context, d v1.Hash) error {
+	ok, got, err := s.cache.verify(d.Hex)
+	switch {
+	case ok:
+		return nil
+	case err == nil:
+		s.logf("artifact server: cached %s has sha256:%s, not its digest; fetching it again", s.cache.path(d.Hex), got)
+	case errors.Is(err, errNotRegular):
+		s.logf("artifact server: refusing cached %v; fetching it again", err)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	return s.fetch(ctx, d)
+}
+
+func (s *Server) fetch(ctx context.Context, d v1.Hash) error {
 	rc, err := s.source.Open(ctx, d)
 	if err != nil {
 		return fmt.Errorf("opening blob %s: %w", d, err)
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".fetch-*")
+	tmp, tmpName, err := s.cache.create()
 	if err != nil {
-		return fmt.Errorf("caching blob %s: %w", d, err)
+		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer s.cache.remove(tmpName)
 	var h hash.Hash = sha256.New()
 	if _, err := io.Copy(io.MultiWriter(tmp, h), rc); err != nil {
 		tmp.Close()
 		return fmt.Errorf("fetching blob %s: %w", d, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("caching blob %s: %w", d, err)
+		return fmt.Errorf("%w: caching blob %s: %w", errCache, d, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != d.Hex {
 		return fmt.Errorf("%w: blob %s has sha256:%s", ErrDigestMismatch, d, got)
 	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("caching blob %s: %w", d, err)
+	return s.cache.commit(tmpName, d.Hex)
+}
+
+// open returns the verified cached blob, fetching it first if needed.
+func (s *Server) open(ctx context.Context, d v1.Hash) (*os.File, error) {
+	for range 2 {
+		if err := s.ready(ctx, d); err != nil {
+			return nil, err
+		}
+		f, err := s.cache.open(d.Hex)
+		if err == nil {
+			return f, nil
+		}
+		// Gone or replaced since it was verified: verify (fetch) again.
+		s.logf("artifact server: verified blob %s no longer usable: %v", d, err)
+		s.mu.Lock()
+		delete(s.verified, d.Hex)
+		s.mu.Unlock()
 	}
-	return nil
+	return nil, fmt.Errorf("%w: blob %s keeps disappearing from the cache", errCache, d)
+}
+
+func orDefault(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// fetchStatus is the HTTP answer to a blob that could not be made ready.
+func fetchStatus(err error) int {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	case errors.Is(err, errCache):
+		return http.StatusInternalServerError
+	}
+	return http.StatusBadGateway // the source failed or lied (ErrDigestMismatch)
 }
 
 // ContentType is the type served for a file name: firmware looks at it.
@@ -269,14 +372,14 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name 
 		http.NotFound(w, r)
 		return
 	}
-	p, err := s.cached(r.Context(), d)
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.timeouts.writeStall, chunk: s.timeouts.writeChunk}
+	f, err := s.open(r.Context(), d)
 	if err != nil {
-		http.Error(w, "blob unavailable", http.StatusBadGateway)
-		return
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		http.Error(w, "blob unavailable", http.StatusInternalServerError)
+		if r.Context().Err() != nil {
+			return // the client left; the fetch goes on for the others
+		}
+		// The cause is logged once per fetch (ready); the client gets it too.
+		http.Error(sw, fmt.Sprintf("blob %s unavailable: %v", d, err), fetchStatus(err))
 		return
 	}
 	defer f.Close()
@@ -284,9 +387,69 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name 
 	// Content-addressed: the bytes behind this URL never change.
 	w.Header().Set("ETag", `"`+d.String()+`"`)
 	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
-	http.ServeContent(w, r, "", time.Time{}, f)
+	http.ServeContent(sw, r, "", time.Time{}, f)
 	s.markServed(r)
 }
+
+// stallWriter gives every chunk of a response its own write deadline: a
+// download may take as long as it needs while it moves, and a client that
+// stops reading is cut after stall. ReadFrom keeps sendfile working.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+	chunk int64
+}
+
+func (w *stallWriter) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.stall)) }
+
+func (w *stallWriter) WriteHeader(code int) {
+	w.extend()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	var n int
+	for len(p) > 0 {
+		w.extend()
+		m, err := w.ResponseWriter.Write(p[:min(int64(len(p)), w.chunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
+	}
+	return n, nil
+}
+
+func (w *stallWriter) ReadFrom(src io.Reader) (int64, error) {
+	rf, ok := w.ResponseWriter.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(struct{ io.Writer }{w}, src)
+	}
+	// sendfile sees through one *io.LimitedReader around an *os.File
+	// (http.ServeContent passes one), so chunk with a LimitedReader of the
+	// same file.
+	lr, ok := src.(*io.LimitedReader)
+	if !ok {
+		lr = &io.LimitedReader{R: src, N: math.MaxInt64}
+	}
+	var total int64
+	for lr.N > 0 {
+		w.extend()
+		want := min(lr.N, w.chunk)
+		n, err := rf.ReadFrom(&io.LimitedReader{R: lr.R, N: want})
+		total += n
+		lr.N -= n
+		if err != nil || n < want {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // markServed records a whole-file GET: the evidence that a machine is
 // fetching its boot artifact.
@@ -361,7 +524,7 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	srv := s.httpServer()
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -372,4 +535,11 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 		return fmt.Errorf("artifact server: %w", err)
 	}
 	return nil
+}
+
+// httpServer is the server ListenAndServe runs: timeouts bound slow or
+// stalled clients (see timeouts), headers are bounded in size.
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: s.timeouts.readHeader, ReadTimeout: s.timeouts.read,
+		WriteTimeout: s.timeouts.write, IdleTimeout: s.timeouts.idle, MaxHeaderBytes: 64 << 10}
 }

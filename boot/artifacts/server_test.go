@@ -47,7 +47,7 @@ func TestServe(t *testing.T) {
 	rawPath, rawSum := writeFile(t, dir, "vmlinuz", raw)
 	ts := httptest.NewServer(nil)
 	defer ts.Close()
-	srv, err := NewServer(FileSource{ukiSum: ukiPath, isoSum: isoPath, rawSum: rawPath}, t.TempDir(), ts.URL)
+	srv, err := NewServer(FileSource{ukiSum: ukiPath, isoSum: isoPath, rawSum: rawPath}, privateDir(t), ts.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDigestVerification(t *testing.T) {
 	if err := os.WriteFile(p, []byte("tampered uki"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cache := t.TempDir()
+	cache := privateDir(t)
 	srv, err := NewServer(FileSource{sum: p}, cache, "http://x")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestLayoutSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := l.Digest()
-	srv, err := NewServer(LayoutSource{Path: lp}, t.TempDir(), "http://x")
+	srv, err := NewServer(LayoutSource{Path: lp}, privateDir(t), "http://x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func BenchmarkThroughput(b *testing.B) {
 	dir := b.TempDir()
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4<<20) // 64 MiB
 	p, sum := writeFile(b, dir, "disk.raw", data)
-	srv, err := NewServer(FileSource{sum: p}, b.TempDir(), "http://x")
+	srv, err := NewServer(FileSource{sum: p}, privateDir(b), "http://x")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,4 +221,10 @@ func BenchmarkThroughput(b *testing.B) {
 	b.ReportMetric(float64(httpNS)/float64(copyNS), "http/copy")
 	b.ReportMetric(float64(len(data))*float64(b.N)/(float64(httpNS)/1e9)/(1<<20), "http-MiB/s")
 	b.ReportMetric(float64(len(data))*float64(b.N)/(float64(copyNS)/1e9)/(1<<20), "copy-MiB/s")
+}
+
+// privateDir is a cache directory NewServer accepts: t.TempDir() is 0755,
+// so the cache is a directory NewServer creates (0700) inside it.
+func privateDir(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "cache")
 }

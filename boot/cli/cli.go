@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 // Exit codes. They are part of the interface: scripts branch on them.
 const (
 	ExitOK       = 0
-	ExitUsage    = 2 // bad flags or arguments
+	ExitUsage    = 2 // bad flags or arguments, an invalid --state file
 	ExitMismatch = 3 // the plan cannot be carried out: image lacks the artifacts, BMC lacks the capability
 	ExitBMC      = 4 // the BMC failed or was unreachable
 	ExitTimeout  = 5 // a wait ran out (media insertion, boot evidence, --timeout)
@@ -69,27 +68,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf.BoolVar(&o.rootURL, "root-url", false, "memory mode: fetch the root image from the artifact server (pxe, initrd without root image)")
 	pf.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
 	pf.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
-	pf.StringVar(&o.cacheDir, "cache-dir", filepath.Join(os.TempDir(), "serverboot-cache"), "artifact blob cache directory")
+	pf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
 	pf.StringVar(&o.stateFile, "state", "", "boot state file (JSON); a re-run resumes from it")
 	pf.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
 	pf.BoolVar(&o.jsonOut, "json", false, "print JSON")
 	pf.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
 	pf.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
 	pf.BoolVar(&o.basicAuth, "basic-auth", false, "use HTTP basic auth instead of a Redfish session")
-	pf.DurationVar(&o.timeout, "timeout", 30*time.Minute, "overall timeout")
+	pf.DurationVar(&o.timeout, "timeout", 0, "overall timeout of the command, BMC calls and task monitors included (default 30m for boot, 2m otherwise)")
 	pf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
 	pf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
 	root.AddCommand(
 		&cobra.Command{Use: "plan", Short: "Print the boot plan (dry run: no BMC call)", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return o.plan(cmd.Context()) }},
+			RunE: o.bounded(2*time.Minute, o.plan)},
 		&cobra.Command{Use: "boot", Short: "Boot the server", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return o.boot(cmd.Context()) }},
+			RunE: o.bounded(30*time.Minute, o.boot)},
 		&cobra.Command{Use: "status", Short: "Show BMC boot state and saved conditions", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return o.status(cmd.Context()) }},
+			RunE: o.bounded(2*time.Minute, o.status)},
 		&cobra.Command{Use: "eject", Short: "Eject virtual media", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error { return o.eject(cmd.Context()) }},
+			RunE: o.bounded(2*time.Minute, o.eject)},
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -110,7 +109,7 @@ func ExitCode(err error) int {
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, boot.ErrInvalidState):
 		return ExitUsage
 	case errors.Is(err, boot.ErrPlan), errors.Is(err, boot.ErrCapability):
 		return ExitMismatch
@@ -122,6 +121,26 @@ func ExitCode(err error) int {
 		return ExitUsage
 	}
 	return ExitBMC
+}
+
+// bounded runs a command under --timeout (def when unset): every BMC call,
+// registry fetch and wait of the command ends by then.
+func (o *options) bounded(def time.Duration, run func(context.Context) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if o.timeout < 0 {
+			return usageError{fmt.Errorf("--timeout %s is negative", o.timeout)}
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), orDefault(o.timeout, def))
+		defer cancel()
+		return run(ctx)
+	}
+}
+
+func orDefault(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 func (o *options) need(flags ...string) error {
@@ -216,8 +235,6 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 }
 
 func (o *options) boot(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
 	// Resolve before touching the BMC: a mismatch never costs a BMC call.
 	p, ref, err := o.resolve(ctx)
 	if err != nil {
@@ -242,6 +259,7 @@ func (o *options) boot(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		srv.Logf = func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }
 		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
 		served = make(chan error, 1)
 		go func() { served <- srv.ListenAndServe(serveCtx, o.listen, nil) }()

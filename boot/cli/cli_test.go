@@ -9,8 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -85,8 +88,12 @@ func TestExitCodes(t *testing.T) {
 	defer bmc.Close()
 	dead := httptest.NewServer(nil)
 	dead.Close()
-	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", t.TempDir()}
+	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", filepath.Join(t.TempDir(), "cache")}
 	state := t.TempDir() + "/state.json"
+	badState := t.TempDir() + "/bad.json"
+	if err := os.WriteFile(badState, []byte(`{"planDigest": "sha256:`+strings.Repeat("0", 64)+`", "done": -1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -102,6 +109,7 @@ func TestExitCodes(t *testing.T) {
 		{"install mismatch", append([]string{"boot", "--bmc", bmc.URL, "--install", "disk", "--install-target", "serial:osb-disk0"}, common...), ExitMismatch,
 			"install mode disk (target serial:osb-disk0) needs kernel+initrd-noroot+disk in the image, missing kernel, initrd-noroot: it has disk, uki"},
 		{"install without target", append([]string{"plan", "--install", "disk"}, common...), ExitMismatch, "needs a target disk selector"},
+		{"invalid state", append([]string{"boot", "--bmc", bmc.URL, "--state", badState}, common...), ExitUsage, "invalid boot state: done = -1, must not be negative"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
 		{"boot again: nothing to do", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "1m", "--timeout", "20s"}, common...), ExitOK, "nothing to do"},
@@ -114,7 +122,7 @@ func TestExitCodes(t *testing.T) {
 		if code != tc.want || !strings.Contains(errOut+out, tc.contains) {
 			t.Errorf("%s: exit %d, want %d; stdout %q stderr %q", tc.name, code, tc.want, out, errOut)
 		}
-		if strings.Contains(tc.name, "mismatch") && emu.Requests() != before {
+		if (strings.Contains(tc.name, "mismatch") || tc.name == "invalid state") && emu.Requests() != before {
 			t.Errorf("mismatch made %d BMC requests", emu.Requests()-before)
 		}
 		if tc.name == "status" {
@@ -133,5 +141,44 @@ func TestExitCodes(t *testing.T) {
 	}
 	if b := emu.Boots(); len(b) != 1 || b[0].Target != "UefiHttp" {
 		t.Errorf("boots %+v", b)
+	}
+}
+
+// TestTimeoutBoundsBMCCommands: status and eject against a BMC that
+// accepts connections and never answers end at --timeout with exit code 5.
+func TestTimeoutBoundsBMCCommands(t *testing.T) {
+	t.Setenv(redfish.EnvUsername, "admin")
+	t.Setenv(redfish.EnvPassword, "password")
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(hung.Close)
+	t.Cleanup(func() { close(release) })
+	for _, cmd := range []string{"status", "eject"} {
+		t.Run(cmd, func(t *testing.T) {
+			done := make(chan struct{})
+			var code int
+			var errOut string
+			start := time.Now()
+			go func() {
+				defer close(done)
+				code, _, errOut = run(t, cmd, "--bmc", hung.URL, "--timeout", "500ms")
+			}()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("%s still running 15s after a 500ms --timeout", cmd)
+			}
+			if code != ExitTimeout || !strings.Contains(errOut, "deadline") {
+				t.Errorf("exit %d, want %d; stderr %q", code, ExitTimeout, errOut)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("took %s for a 500ms --timeout", took)
+			}
+		})
 	}
 }

@@ -88,7 +88,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.artURL = "http://" + qemutier.SlirpHost + ":" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	if e.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: e.ref.Context()}, t.TempDir(), e.artURL); err != nil {
+	if e.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: e.ref.Context()}, filepath.Join(t.TempDir(), "cache"), e.artURL); err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -3,9 +3,14 @@
 // minimal PATCH bodies with If-Match, bounded retries with backoff and jitter,
 // task monitor following, and a small vendor quirks table. *Client
 // implements boot.BMC.
+//
+// Every call is bounded by its context, down to each HTTP request: gofish
+// (v0.20) binds all requests to the one context given at connect, so the
+// client opens the session with gofish and sends its own requests.
 package redfish
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -90,7 +95,18 @@ type Config struct {
 	HTTPClient *http.Client
 	// TaskPoll is the task monitor poll interval; default 1s.
 	TaskPoll time.Duration
+	// TaskTimeout bounds following one task monitor when the call's
+	// context has no earlier deadline; default 10 minutes.
+	TaskTimeout time.Duration
 }
+
+// maxBody bounds every response body read from the BMC: Redfish resources
+// are KiBs, and whatever answers at the BMC's address is outside input.
+const maxBody = 4 << 20
+
+// logoutTimeout bounds the logout in Close, which has no context: a dead
+// BMC must not hold the caller.
+const logoutTimeout = 10 * time.Second
 
 // keepAlive undoes gofish's "Connection: close" on every request when it is
 // given its own http.Client: a TLS handshake per request is slow on BMCs and
@@ -107,10 +123,15 @@ func (k keepAlive) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // Client is a connected BMC.
 type Client struct {
-	api          *gofish.APIClient
-	cancel       context.CancelFunc
+	endpoint     string
+	hc           *http.Client
+	basicAuth    *Credentials  // set with Config.BasicAuth
+	token        string        // session token (X-Auth-Token)
+	sessionPath  string        // session resource, deleted on Close
+	sem          chan struct{} // bounds concurrent requests: BMCs have few slots
 	retry        Retry
 	taskPoll     time.Duration
+	taskTimeout  time.Duration
 	systemPath   string
 	managerPath  string
 	mediaPath    string // "" when there is no CD-capable virtual media
@@ -132,7 +153,8 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("BMC endpoint %q is not an http(s) URL", cfg.Endpoint)
 	}
-	c := &Client{retry: cfg.Retry, taskPoll: cfg.TaskPoll}
+	c := &Client{endpoint: strings.TrimSuffix(cfg.Endpoint, "/"), retry: cfg.Retry, taskPoll: cfg.TaskPoll,
+		taskTimeout: cfg.TaskTimeout, sem: make(chan struct{}, 2)}
 	if c.retry.Attempts <= 0 {
 		c.retry.Attempts = 8
 	}
@@ -145,6 +167,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if c.taskPoll <= 0 {
 		c.taskPoll = time.Second
 	}
+	if c.taskTimeout <= 0 {
+		c.taskTimeout = 10 * time.Minute
+	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -152,22 +177,28 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		t.MaxIdleConnsPerHost = 4
 		hc = &http.Client{Transport: keepAlive{t}, Timeout: 60 * time.Second}
 	}
-	// The gofish client lives until Close; per-call contexts bound retries.
-	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
+	c.hc = &http.Client{Transport: boundedBody{hc.Transport}, Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: hc.CheckRedirect}
+	if cfg.BasicAuth {
+		creds := cfg.Credentials
+		c.basicAuth = &creds
+	}
 	gcfg := gofish.ClientConfig{
-		Endpoint: strings.TrimSuffix(cfg.Endpoint, "/"), Username: cfg.Credentials.Username, Password: cfg.Credentials.Password,
-		BasicAuth: cfg.BasicAuth, HTTPClient: hc, ReuseConnections: true, MaxConcurrentRequests: 2,
+		Endpoint: c.endpoint, Username: cfg.Credentials.Username, Password: cfg.Credentials.Password,
+		BasicAuth: cfg.BasicAuth, HTTPClient: c.hc, ReuseConnections: true, MaxConcurrentRequests: 2,
 	}
 	err = c.do(ctx, "connect", func() error {
-		api, err := gofish.ConnectContext(life, gcfg)
-		if err == nil {
-			c.api = api
+		// gofish opens the session, bound to this call's context; the
+		// client does not use gofish's requests afterwards.
+		api, err := gofish.ConnectContext(ctx, gcfg)
+		if err != nil {
+			return err
 		}
-		return err
+		if s, err := api.GetSession(); err == nil {
+			c.token, c.sessionPath = s.Token, s.ID
+		}
+		return nil
 	})
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("connecting to BMC %s: %w", u.Host, err)
 	}
 	if err := c.discover(ctx, cfg.SystemID); err != nil {
@@ -177,12 +208,17 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close logs out of the session.
+// Close logs out of the session, waiting at most logoutTimeout.
 func (c *Client) Close() error {
-	if c.api != nil {
-		c.api.Logout()
+	if c.sessionPath != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), logoutTimeout)
+		defer cancel()
+		if resp, err := c.request(ctx, http.MethodDelete, c.sessionPath, nil, nil); err == nil {
+			resp.Body.Close()
+		}
+		c.sessionPath = ""
 	}
-	c.cancel()
+	c.hc.CloseIdleConnections()
 	return nil
 }
 
@@ -357,9 +393,9 @@ func (c *Client) SetBootOverride(ctx context.Context, o boot.Override) error {
 		if etag != "" {
 			h["If-Match"] = etag
 		}
-		resp, err := c.api.PatchWithHeaders(c.systemPath, p, h)
+		resp, err := c.request(ctx, http.MethodPatch, c.systemPath, p, h)
 		if statusOf(err) == http.StatusPreconditionRequired && etag == "" {
-			resp, err = c.api.PatchWithHeaders(c.systemPath, p, map[string]string{"If-Match": "*"})
+			resp, err = c.request(ctx, http.MethodPatch, c.systemPath, p, map[string]string{"If-Match": "*"})
 		}
 		if err != nil {
 			return err
@@ -436,7 +472,7 @@ func (c *Client) post(ctx context.Context, op, target string, body any) error {
 		return fmt.Errorf("%w: BMC offers no %s action", boot.ErrCapability, op)
 	}
 	return c.do(ctx, op, func() error {
-		resp, err := c.api.Post(target, body)
+		resp, err := c.request(ctx, http.MethodPost, target, body, nil)
 		if err != nil {
 			return err
 		}
@@ -448,13 +484,13 @@ func (c *Client) post(ctx context.Context, op, target string, body any) error {
 func (c *Client) get(ctx context.Context, path string, v any) (string, error) {
 	var etag string
 	err := c.do(ctx, "GET "+path, func() error {
-		resp, err := c.api.Get(path)
+		resp, err := c.request(ctx, http.MethodGet, path, nil, nil)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
 		etag = resp.Header.Get("ETag")
-		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		if err := decodeBody(resp.Body, v); err != nil {
 			return fmt.Errorf("decoding %s: %w", path, err)
 		}
 		return nil
@@ -463,11 +499,22 @@ func (c *Client) get(ctx context.Context, path string, v any) (string, error) {
 }
 
 // finish follows a 202 task monitor to completion, else closes the body.
+// Following is bounded by ctx and by the client's task timeout: a monitor
+// that answers 202 forever ends with boot.ErrTimeout naming it.
 func (c *Client) finish(ctx context.Context, resp *http.Response) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.taskTimeout)
+	defer cancel()
+	var loc, state string
 	for resp.StatusCode == http.StatusAccepted {
-		loc := resp.Header.Get("Location")
-		_, _ = io.Copy(io.Discard, resp.Body)
+		if l := resp.Header.Get("Location"); l != "" {
+			loc = l
+		}
+		state = taskState(resp.Body)
 		resp.Body.Close()
+		if err := taskFailed(state); err != nil {
+			return err
+		}
 		if loc == "" {
 			return nil // accepted without a monitor: nothing to follow
 		}
@@ -476,22 +523,155 @@ func (c *Client) finish(ctx context.Context, resp *http.Response) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return c.taskTimedOut(ctx, loc, state, start)
 		case <-time.After(c.taskPoll):
 		}
 		var err error
-		if resp, err = c.api.Get(loc); err != nil {
+		if resp, err = c.request(ctx, http.MethodGet, loc, nil, nil); err != nil {
+			if ctx.Err() != nil {
+				return c.taskTimedOut(ctx, loc, state, start)
+			}
 			return fmt.Errorf("task monitor %s: %w", loc, err)
 		}
 	}
-	defer resp.Body.Close()
+	state = taskState(resp.Body)
+	resp.Body.Close()
+	return taskFailed(state)
+}
+
+// taskTimedOut says which monitor was still running when ctx ended.
+func (c *Client) taskTimedOut(ctx context.Context, loc, state string, start time.Time) error {
+	if state == "" {
+		state = "unknown"
+	}
+	err := fmt.Errorf("task monitor %s still running (TaskState %s) after %s", loc, state, time.Since(start).Round(time.Millisecond))
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%w: %w", err, ctx.Err())
+	}
+	return fmt.Errorf("%w: %w: %w", boot.ErrTimeout, err, ctx.Err())
+}
+
+// taskState is the TaskState of a task (monitor) body; "" if the body is
+// empty or not a task.
+func taskState(r io.Reader) string {
 	var task struct{ TaskState string }
-	_ = json.NewDecoder(resp.Body).Decode(&task)
-	switch task.TaskState {
+	if err := decodeBody(r, &task); err != nil {
+		return ""
+	}
+	return task.TaskState
+}
+
+func taskFailed(state string) error {
+	switch state {
 	case "Exception", "Killed", "Cancelled":
-		return fmt.Errorf("task ended %s", task.TaskState)
+		return fmt.Errorf("task ended %s", state)
 	}
 	return nil
+}
+
+// request sends one request bound to ctx and returns a 2xx response (body
+// bounded by maxBody), or the BMC's error as a *common.Error.
+func (c *Client) request(ctx context.Context, method, path string, body any, header map[string]string) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("X-Auth-Token", c.token)
+	} else if c.basicAuth != nil {
+		req.SetBasicAuth(c.basicAuth.Username, c.basicAuth.Password)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	resp, err := c.hc.Do(req)
+	<-c.sem
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		payload, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, fmt.Errorf("HTTP %d: reading error body: %w", resp.StatusCode, err)
+		}
+		return nil, common.ConstructError(resp.StatusCode, payload)
+	}
+	return resp, nil
+}
+
+// ErrBodyTooLarge means a BMC response exceeded maxBody.
+var ErrBodyTooLarge = fmt.Errorf("BMC response larger than %d bytes", maxBody)
+
+// boundedBody caps every response body at maxBody, so no decoder (ours or
+// gofish's, which reads error bodies whole) allocates what the BMC sends.
+type boundedBody struct{ next http.RoundTripper }
+
+func (b boundedBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := b.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ContentLength > maxBody {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: %w (Content-Length %d)", req.Method, req.URL.Path, ErrBodyTooLarge, resp.ContentLength)
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: maxBody}
+	return resp, nil
+}
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// One byte more tells a body of exactly maxBody from a longer one.
+		var one [1]byte
+		n, err := l.rc.Read(one[:])
+		if n > 0 {
+			return 0, ErrBodyTooLarge
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.rc.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (l *limitedBody) Close() error { return l.rc.Close() }
+
+// decodeBody decodes one JSON document from a BMC response body.
+func decodeBody(r io.Reader, v any) error {
+	return json.NewDecoder(r).Decode(v)
 }
 
 // statusOf is the HTTP status of a gofish error, 0 for transport errors.
@@ -520,17 +700,32 @@ func (c *Client) do(ctx context.Context, op string, fn func() error) error {
 		if err = fn(); err == nil || !retryable(err) {
 			return err
 		}
+		if errors.Is(err, boot.ErrTimeout) {
+			return err // a task that outlived its bound: retrying would repeat the action
+		}
+		if ctx.Err() != nil {
+			return c.stopped(ctx, op, err)
+		}
 		if attempt == c.retry.Attempts-1 {
 			break
 		}
 		backoff := min(c.retry.Base<<attempt, c.retry.Max)
 		select {
 		case <-ctx.Done():
-			// The BMC's failure is the story, not the deadline that cut the
-			// retries short.
-			return fmt.Errorf("%s: %w (stopped retrying: %v)", op, err, ctx.Err())
+			return c.stopped(ctx, op, err)
 		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 		}
 	}
 	return fmt.Errorf("%s: giving up after %d attempts: %w", op, c.retry.Attempts, err)
+}
+
+// stopped is the error of a call whose context ended while it was still
+// failing. A request the deadline cut off is a timeout (the BMC did not
+// answer in time); a BMC that kept answering with errors stays a BMC
+// failure, its error being the story rather than the deadline.
+func (c *Client) stopped(ctx context.Context, op string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s: BMC did not answer before the deadline: %w", boot.ErrTimeout, op, err)
+	}
+	return fmt.Errorf("%s: %w (stopped retrying: %v)", op, err, ctx.Err())
 }

@@ -1,0 +1,166 @@
+package artifacts
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultCacheDir is where blobs are cached unless the caller says
+// otherwise: $XDG_CACHE_HOME/os-builder/artifacts, else
+// ~/.cache/os-builder/artifacts, else (no home) under $XDG_RUNTIME_DIR or
+// /run/user/UID. Never a shared path such as /tmp: anyone could plant a
+// blob there before the server starts.
+func DefaultCacheDir() (string, error) {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "os-builder", "artifacts"), nil
+	}
+	rt := os.Getenv("XDG_RUNTIME_DIR")
+	if rt == "" {
+		rt = fmt.Sprintf("/run/user/%d", os.Geteuid())
+	}
+	if !filepath.IsAbs(rt) {
+		return "", fmt.Errorf("no cache directory: $HOME is unset and $XDG_RUNTIME_DIR %q is not absolute", rt)
+	}
+	return filepath.Join(rt, "os-builder", "artifacts"), nil
+}
+
+// errCache marks failures of the local cache (as opposed to the source).
+var errCache = errors.New("artifact cache")
+
+// errNotRegular: something other than a regular file (a symlink, a FIFO,
+// a directory) sits where a blob belongs.
+var errNotRegular = errors.New("not a regular file")
+
+// blobCache is a private directory of blobs, <dir>/sha256/<hex>. Every
+// operation is relative to the opened sha256 directory and never follows
+// a symlink, so a swapped path cannot redirect it.
+type blobCache struct {
+	dir  string
+	blob *os.File // <dir>/sha256, O_DIRECTORY|O_NOFOLLOW
+}
+
+// openCache creates dir (0700) if needed and refuses it unless it is a
+// real directory owned by the effective uid without group/other access:
+// only then can nobody else plant or swap blobs in it.
+func openCache(dir string) (*blobCache, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w %s: %w", errCache, dir, err)
+	}
+	top, err := openPrivateDir(unix.AT_FDCWD, dir, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer top.Close()
+	if err := unix.Mkdirat(int(top.Fd()), "sha256", 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("%w %s: creating sha256: %w", errCache, dir, err)
+	}
+	blob, err := openPrivateDir(int(top.Fd()), "sha256", filepath.Join(dir, "sha256"))
+	if err != nil {
+		return nil, err
+	}
+	return &blobCache{dir: dir, blob: blob}, nil
+}
+
+func openPrivateDir(at int, name, shown string) (*os.File, error) {
+	fd, err := unix.Openat(at, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil, fmt.Errorf("%w %s: is a symlink or not a directory; refusing it", errCache, shown)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", errCache, shown, err)
+	}
+	f := os.NewFile(uintptr(fd), shown)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w %s: %w", errCache, shown, err)
+	}
+	if uid := uint32(os.Geteuid()); st.Uid != uid {
+		f.Close()
+		return nil, fmt.Errorf("%w %s: owned by uid %d, not by this process's uid %d; refusing it (use a directory of your own)", errCache, shown, st.Uid, uid)
+	}
+	if perm := st.Mode & 0o777; perm&0o077 != 0 {
+		f.Close()
+		return nil, fmt.Errorf("%w %s: mode %#o gives group/other access; refusing it (chmod 700, or use another directory)", errCache, shown, perm)
+	}
+	return f, nil
+}
+
+func (c *blobCache) path(hexDigest string) string { return filepath.Join(c.dir, "sha256", hexDigest) }
+
+// open opens a cached blob without following symlinks; it must be a
+// regular file. A missing blob is fs.ErrNotExist.
+func (c *blobCache) open(hexDigest string) (*os.File, error) {
+	// O_NONBLOCK: opening a planted FIFO must not hang the server.
+	fd, err := unix.Openat(int(c.blob.Fd()), hexDigest, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, fs.ErrNotExist
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("%s is a symlink: %w", c.path(hexDigest), errNotRegular)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", errCache, &fs.PathError{Op: "open", Path: c.path(hexDigest), Err: err})
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s: %w", errCache, c.path(hexDigest), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s (mode %#o): %w", c.path(hexDigest), st.Mode, errNotRegular)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: %s: %w", errCache, c.path(hexDigest), err)
+	}
+	return os.NewFile(uintptr(fd), c.path(hexDigest)), nil
+}
+
+// verify reports whether the cached blob hashes to hexDigest, and its
+// actual sha256.
+func (c *blobCache) verify(hexDigest string) (bool, string, error) {
+	f, err := c.open(hexDigest)
+	if err != nil {
+		return false, "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false, "", fmt.Errorf("%w: hashing %s: %w", errCache, f.Name(), err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	return got == hexDigest, got, nil
+}
+
+// create opens a new private temp file next to the blobs.
+func (c *blobCache) create() (*os.File, string, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := ".fetch-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(int(c.blob.Fd()), name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: creating %s: %w", errCache, filepath.Join(c.dir, "sha256", name), err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(c.dir, "sha256", name)), name, nil
+}
+
+// commit renames a verified temp file onto the blob's name, replacing
+// whatever was there (a symlink is replaced, not followed).
+func (c *blobCache) commit(tmpName, hexDigest string) error {
+	if err := unix.Renameat(int(c.blob.Fd()), tmpName, int(c.blob.Fd()), hexDigest); err != nil {
+		return fmt.Errorf("%w: caching %s: %w", errCache, c.path(hexDigest), err)
+	}
+	return nil
+}
+
+func (c *blobCache) remove(name string) { _ = unix.Unlinkat(int(c.blob.Fd()), name, 0) }
