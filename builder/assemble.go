@@ -279,10 +279,15 @@ func (s *assembleStep) applyUsers(ctx context.Context, root *fsroot.Root) error 
 		return err
 	}
 	// Create them now too, so files can be owned by them and the image's
-	// passwd is complete without a first-boot step. systemd-sysusers
-	// resolves paths under --root itself, and is given the file's path
-	// inside the tree.
-	if err := run(ctx, "systemd-sysusers", "--root="+root.Path(), conf); err != nil {
+	// passwd is complete without a first-boot step. The lines go inline:
+	// a file argument would be a host path, not one inside the tree.
+	args := []string{"--root=" + root.Path(), "--inline"}
+	for _, l := range strings.Split(s.sysusers(), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			args = append(args, l)
+		}
+	}
+	if err := run(ctx, "systemd-sysusers", args...); err != nil {
 		return fmt.Errorf("users: %w", err)
 	}
 	// Home directories sysusers does not create.
