@@ -97,11 +97,26 @@ func (r *Root) parent(op, name string) (int, string, error) {
 	return fd, base, nil
 }
 
-// Open opens name for reading, following symlinks inside the tree. It
-// does not block on FIFOs.
+// Open opens the regular file or directory name for reading, following
+// symlinks inside the tree. Devices and FIFOs are refused (without
+// blocking on them): a tree's data never comes from one.
 func (r *Root) Open(name string) (*os.File, error) {
 	fd, err := r.openat2(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
+		return nil, r.errorf("open", name, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, r.errorf("open", name, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		unix.Close(fd)
+		return nil, r.errorf("open", name, fmt.Errorf("not a regular file or directory (mode %#o)", st.Mode))
+	}
+	// Blocking again: Go's poller has nothing to wait for on files.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
 		return nil, r.errorf("open", name, err)
 	}
 	return os.NewFile(uintptr(fd), r.path+":"+display(name)), nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // farm is a host directory holding an image root and, beside it, a
@@ -187,6 +189,16 @@ func TestReadsResolveInsideRoot(t *testing.T) {
 	if _, err := f.r.ReadFile("/run", 5); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("ReadFile of a directory: %v", err)
 	}
+	// Devices and FIFOs are refused, without blocking.
+	must(t, unix.Mkfifo(filepath.Join(f.root, "run/fifo"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(f.root, "dev"), 0o755))
+	must(t, unix.Mknod(filepath.Join(f.root, "dev/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(t, os.Symlink("/dev/null", filepath.Join(f.root, "null")))
+	for _, name := range []string{"/var/run/fifo", "/null"} {
+		if _, err := f.r.Open(name); err == nil || !strings.Contains(err.Error(), "not a regular file or directory") {
+			t.Errorf("Open(%s) = %v", name, err)
+		}
+	}
 	fi, err := f.r.Lstat("/hostfile")
 	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 		t.Errorf("Lstat(/hostfile) = %v, %v", fi, err)
@@ -195,7 +207,7 @@ func TestReadsResolveInsideRoot(t *testing.T) {
 		t.Errorf("Readlink = %q, %v", l, err)
 	}
 	names, err := f.r.ReadDirNames("/var/run")
-	if err != nil || !slices.Equal(names, []string{"data"}) {
+	if err != nil || !slices.Equal(names, []string{"data", "fifo"}) {
 		t.Errorf("ReadDirNames(/var/run) = %v, %v", names, err)
 	}
 	m, err := f.r.Glob("/var/run/d*")
