@@ -42,7 +42,17 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open root", Path: dir, Err: err}
 	}
-	return &Root{fd: fd, path: dir}, nil
+	r := &Root{fd: fd, path: dir}
+	probe, err := r.openat2(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		unix.Close(fd)
+		if err == unix.ENOSYS {
+			err = fmt.Errorf("%w: the build host's kernel lacks openat2 (Linux 5.6 or later needed)", err)
+		}
+		return nil, &fs.PathError{Op: "open root", Path: dir, Err: err}
+	}
+	unix.Close(probe)
+	return r, nil
 }
 
 // Close releases the directory fd.
