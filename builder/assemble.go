@@ -148,9 +148,8 @@ func (s *assembleStep) applyFiles(ctx context.Context, root *fsroot.Root) error 
 		if err := applyFile(root, f); err != nil {
 			return fmt.Errorf("file %s (layer %s): %w", f.Destination, f.Layer, err)
 		}
-		if f.Owner == "" && f.Group == "" {
-			// Copies belong to the builder, root: already root:root.
-			continue
+		if f.Owner == "" && f.Group == "" && os.Geteuid() == 0 {
+			continue // copies belong to the builder: already root:root
 		}
 		owner, group := f.Owner, f.Group
 		if owner == "" {
