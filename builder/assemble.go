@@ -18,7 +18,7 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "7"
+const assembleVersion = "8"
 
 // Files the assemble step leaves in its output directory.
 const (
@@ -450,6 +450,11 @@ func removeMachineState(root *fsroot.Root) error {
 			}
 		}
 	}
-	// A fresh machine-id on first boot: systemd fills an empty file.
-	return root.WriteFile("/etc/machine-id", strings.NewReader(""), 0o444)
+	// A fresh machine-id on first boot: systemd fills an empty file. It
+	// keeps the mode the image gave it.
+	mode := os.FileMode(0o444)
+	if fi, err := root.Lstat("/etc/machine-id"); err == nil && fi.Mode().IsRegular() {
+		mode = fi.Mode().Perm()
+	}
+	return root.WriteFile("/etc/machine-id", strings.NewReader(""), mode)
 }
