@@ -67,22 +67,25 @@ func collectFiles(root *fsroot.Root, files []string) ([]fileWithDeps, error) {
 			return fmt.Errorf("initrd: %s: not a regular file", file.Name())
 		}
 		out = append(out, fileWithDeps{initrdPath: initrdPath})
-		host := file.Name()
+		name := file.Name()
 		f, err := elf.NewFile(file)
 		if err != nil {
 			var fe *elf.FormatError
 			if errors.As(err, &fe) || strings.Contains(err.Error(), "bad magic") || errors.Is(err, io.EOF) {
 				return nil // not ELF: a data file such as a CA bundle
 			}
-			return fmt.Errorf("initrd: read %s: %w", host, err)
+			return fmt.Errorf("initrd: read %s: %w", name, err)
 		}
 		for _, p := range f.Progs {
 			if p.Type != elf.PT_INTERP {
 				continue
 			}
+			if p.Filesz > 4096 { // bounded before allocating: PATH_MAX
+				return fmt.Errorf("initrd: %s: interpreter path of %d bytes", name, p.Filesz)
+			}
 			b := make([]byte, p.Filesz)
 			if _, err := p.ReadAt(b, 0); err != nil {
-				return fmt.Errorf("initrd: %s: read interpreter: %w", host, err)
+				return fmt.Errorf("initrd: %s: read interpreter: %w", name, err)
 			}
 			if err := add(strings.TrimRight(string(b), "\x00")); err != nil {
 				return err
@@ -90,7 +93,7 @@ func collectFiles(root *fsroot.Root, files []string) ([]fileWithDeps, error) {
 		}
 		libs, err := f.ImportedLibraries()
 		if err != nil {
-			return fmt.Errorf("initrd: %s: %w", host, err)
+			return fmt.Errorf("initrd: %s: %w", name, err)
 		}
 		for _, lib := range libs {
 			found := ""

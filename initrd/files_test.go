@@ -1,6 +1,9 @@
 package initrd
 
 import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,5 +69,38 @@ func TestCollectFilesMke2fs(t *testing.T) {
 				t.Errorf("ldd lists %s, collectFiles does not", f[0])
 			}
 		}
+	}
+}
+
+// TestCollectFilesHugeInterpreter: an ELF header from the tree claiming a
+// 1 TiB interpreter path is refused before anything is allocated for it.
+func TestCollectFilesHugeInterpreter(t *testing.T) {
+	data, err := os.ReadFile("/usr/bin/true")
+	if err != nil {
+		t.Skip("no /usr/bin/true on this host")
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil || f.Class != elf.ELFCLASS64 {
+		t.Skipf("/usr/bin/true: %v", err)
+	}
+	phoff := binary.LittleEndian.Uint64(data[0x20:])
+	phentsize := uint64(binary.LittleEndian.Uint16(data[0x36:]))
+	patched := false
+	for i, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			binary.LittleEndian.PutUint64(data[phoff+uint64(i)*phentsize+32:], 1<<40) // p_filesz
+			patched = true
+		}
+	}
+	if !patched {
+		t.Skip("/usr/bin/true has no interpreter")
+	}
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "tool"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = collectFiles(openRoot(t, root), []string{"/tool"})
+	if err == nil || !strings.Contains(err.Error(), "interpreter path of 1099511627776 bytes") {
+		t.Fatalf("err = %v", err)
 	}
 }
