@@ -6,19 +6,19 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/coreos/go-systemd/v22/unit"
-
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "6"
+const assembleVersion = "8"
 
 // Files the assemble step leaves in its output directory.
 const (
@@ -88,14 +88,36 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 }
 
 func (s *assembleStep) Run(ctx context.Context, out string) error {
-	root, err := os.MkdirTemp(s.work, "rootfs-")
+	dir, err := os.MkdirTemp(s.work, "rootfs-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(root)
-	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", root); err != nil {
+	defer os.RemoveAll(dir)
+	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", dir); err != nil {
 		return fmt.Errorf("unpack bootstrap: %w", err)
 	}
+	// From here on every path in the tree resolves inside it, as in a
+	// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
+	// cannot make the builder write, remove or read host files.
+	root, err := fsroot.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := s.populate(ctx, root); err != nil {
+		return err
+	}
+	if err := s.lift(root, out); err != nil {
+		return err
+	}
+	if err := removeMachineState(root); err != nil {
+		return err
+	}
+	return mksquashfs(ctx, dir, filepath.Join(out, rootImage), s.epoch)
+}
+
+// populate lays the layers over the tree: files, units, users, binaries.
+func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 	if err := s.applyFiles(ctx, root); err != nil {
 		return err
 	}
@@ -105,39 +127,29 @@ func (s *assembleStep) Run(ctx context.Context, out string) error {
 	if err := s.applyUsers(ctx, root); err != nil {
 		return err
 	}
-	for _, b := range s.binaries {
-		if err := copyFile(b.src, filepath.Join(root, b.dest), 0o755); err != nil {
+	return installBinaries(root, s.binaries)
+}
+
+// installBinaries puts the oci and go steps' files at their destinations.
+func installBinaries(root *fsroot.Root, bins []binary) error {
+	for _, b := range bins {
+		if err := copyIn(root, b.src, b.dest, 0o755); err != nil {
 			return fmt.Errorf("install %s from %s: %w", b.dest, b.step, err)
 		}
 	}
-	if err := s.lift(root, out); err != nil {
-		return err
-	}
-	if err := removeMachineState(root); err != nil {
-		return err
-	}
-	return mksquashfs(ctx, root, filepath.Join(out, rootImage), s.epoch)
+	return nil
 }
 
-func (s *assembleStep) applyFiles(ctx context.Context, root string) error {
+// applyFiles copies the layers' files in. A destination resolves inside the
+// image like in a chroot: /var/run/foo lands where the image's /var/run
+// points, and a symlink a layer ships is followed inside the image too.
+func (s *assembleStep) applyFiles(ctx context.Context, root *fsroot.Root) error {
 	for _, f := range s.r.Files() {
-		dest := filepath.Join(root, f.Destination)
-		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
-			return err
-		}
-		_ = os.RemoveAll(dest)
-		// cp -a keeps symlinks and directory trees as they are in the repo.
-		if err := run(ctx, "cp", "-a", "--no-preserve=ownership", f.Source, dest); err != nil {
+		if err := applyFile(root, f); err != nil {
 			return fmt.Errorf("file %s (layer %s): %w", f.Destination, f.Layer, err)
 		}
-		if f.Mode != "" {
-			m, err := strconv.ParseUint(f.Mode, 8, 32)
-			if err != nil {
-				return fmt.Errorf("file %s: mode %q: %w", f.Destination, f.Mode, err)
-			}
-			if err := os.Chmod(dest, os.FileMode(m)); err != nil {
-				return err
-			}
+		if f.Owner == "" && f.Group == "" && os.Geteuid() == 0 {
+			continue // copies belong to the builder: already root:root
 		}
 		owner, group := f.Owner, f.Group
 		if owner == "" {
@@ -146,10 +158,29 @@ func (s *assembleStep) applyFiles(ctx context.Context, root string) error {
 		if group == "" {
 			group = "root"
 		}
-		// Names resolve against the image's passwd, so run chown there.
-		if err := run(ctx, "chroot", root, "chown", "-R", owner+":"+group, f.Destination); err != nil {
+		// Names resolve against the image's passwd, so run chown there
+		// (chroot confines its paths to the tree too).
+		if err := run(ctx, "chroot", root.Path(), "chown", "-R", owner+":"+group, f.Destination); err != nil {
 			return fmt.Errorf("file %s: owner %s:%s: %w", f.Destination, owner, group, err)
 		}
+	}
+	return nil
+}
+
+// applyFile replaces f's destination with a copy of its source tree, the
+// way cp -a --no-preserve=ownership would, then applies its mode.
+func applyFile(root *fsroot.Root, f recipe.ResolvedFile) error {
+	if err := root.MkdirAll(path.Dir(f.Destination), 0o755); err != nil {
+		return err
+	}
+	if err := root.RemoveAll(f.Destination); err != nil {
+		return err
+	}
+	if err := copyTreeIn(root, f.Source, f.Destination); err != nil {
+		return err
+	}
+	if perm, ok := f.Perm(); ok {
+		return root.Chmod(f.Destination, perm)
 	}
 	return nil
 }
@@ -157,50 +188,35 @@ func (s *assembleStep) applyFiles(ctx context.Context, root string) error {
 // applyUnits installs unit files and enables them the way `systemctl enable`
 // would, by the links their [Install] section asks for, but without
 // needing systemd to run.
-func (s *assembleStep) applyUnits(root string) error {
-	sysdir := filepath.Join(root, "usr/lib/systemd/system")
+func (s *assembleStep) applyUnits(root *fsroot.Root) error {
 	for _, u := range s.r.Units() {
-		if err := copyFile(u.Path, filepath.Join(sysdir, u.Name), 0o644); err != nil {
-			return fmt.Errorf("unit %s: %w", u.Name, err)
+		if err := installUnit(root, u); err != nil {
+			return fmt.Errorf("unit %s (layer %s): %w", u.Name, u.Layer, err)
 		}
-		if !u.Enable {
-			continue
-		}
-		f, err := os.Open(u.Path)
-		if err != nil {
+	}
+	return nil
+}
+
+func installUnit(root *fsroot.Root, u recipe.ResolvedUnit) error {
+	unitPath := "/usr/lib/systemd/system/" + u.Name
+	if err := copyIn(root, u.Path, unitPath, 0o644); err != nil {
+		return err
+	}
+	if !u.Enable {
+		return nil
+	}
+	f, err := os.Open(u.Path)
+	if err != nil {
+		return err
+	}
+	links, err := installLinks(u.Name, u.Path, f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := replaceSymlink(root, unitPath, "/etc/systemd/system/"+l); err != nil {
 			return err
-		}
-		opts, err := unit.DeserializeOptions(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("unit %s: %w", u.Name, err)
-		}
-		for _, o := range opts {
-			if o.Section != "Install" {
-				continue
-			}
-			var linkDir string
-			switch o.Name {
-			case "WantedBy":
-				linkDir = ".wants"
-			case "RequiredBy":
-				linkDir = ".requires"
-			case "Alias":
-				for _, a := range strings.Fields(o.Value) {
-					if err := symlink("/usr/lib/systemd/system/"+u.Name, filepath.Join(root, "etc/systemd/system", a)); err != nil {
-						return err
-					}
-				}
-				continue
-			default:
-				continue
-			}
-			for _, target := range strings.Fields(o.Value) {
-				link := filepath.Join(root, "etc/systemd/system", target+linkDir, u.Name)
-				if err := symlink("/usr/lib/systemd/system/"+u.Name, link); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	return nil
@@ -250,20 +266,27 @@ func (s *assembleStep) sysusers() string {
 	return b.String()
 }
 
-func (s *assembleStep) applyUsers(ctx context.Context, root string) error {
+func (s *assembleStep) applyUsers(ctx context.Context, root *fsroot.Root) error {
 	if len(s.r.Users()) == 0 && len(s.r.Groups()) == 0 {
 		return nil
 	}
-	conf := filepath.Join(root, "usr/lib/sysusers.d/os-builder.conf")
-	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+	const conf = "/usr/lib/sysusers.d/os-builder.conf"
+	if err := root.MkdirAll(path.Dir(conf), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(conf, []byte(s.sysusers()), 0o644); err != nil {
+	if err := root.WriteFile(conf, strings.NewReader(s.sysusers()), 0o644); err != nil {
 		return err
 	}
 	// Create them now too, so files can be owned by them and the image's
-	// passwd is complete without a first-boot step.
-	if err := run(ctx, "systemd-sysusers", "--root="+root, conf); err != nil {
+	// passwd is complete without a first-boot step. The lines go inline:
+	// a file argument would be a host path, not one inside the tree.
+	args := []string{"--root=" + root.Path(), "--inline"}
+	for _, l := range strings.Split(s.sysusers(), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			args = append(args, l)
+		}
+	}
+	if err := run(ctx, "systemd-sysusers", args...); err != nil {
 		return fmt.Errorf("users: %w", err)
 	}
 	// Home directories sysusers does not create.
@@ -271,15 +294,14 @@ func (s *assembleStep) applyUsers(ctx context.Context, root string) error {
 		if u.Home == "" || u.Home == "/" || strings.HasPrefix(u.Home, "/nonexistent") {
 			continue
 		}
-		h := filepath.Join(root, u.Home)
-		if err := os.MkdirAll(h, 0o750); err != nil {
-			return err
+		if err := root.MkdirAll(u.Home, 0o750); err != nil {
+			return fmt.Errorf("user %s home: %w", u.Name, err)
 		}
 		grp := u.Group
 		if grp == "" {
 			grp = u.Name
 		}
-		if err := run(ctx, "chroot", root, "chown", u.Name+":"+grp, u.Home); err != nil {
+		if err := run(ctx, "chroot", root.Path(), "chown", u.Name+":"+grp, u.Home); err != nil {
 			return fmt.Errorf("user %s home: %w", u.Name, err)
 		}
 	}
@@ -288,28 +310,28 @@ func (s *assembleStep) applyUsers(ctx context.Context, root string) error {
 
 // lift copies the kernel, its modules, os-release and the UEFI stub out of
 // the tree for the steps that make boot artifacts.
-func (s *assembleStep) lift(root, out string) error {
-	kvers, err := filepath.Glob(filepath.Join(root, "lib/modules/*"))
+func (s *assembleStep) lift(root *fsroot.Root, out string) error {
+	kvers, err := root.Glob("/lib/modules/*")
 	if err != nil || len(kvers) == 0 {
 		return fmt.Errorf("no kernel in the image: add linux-image-%s to the packages", s.r.Base.Architecture)
 	}
 	if len(kvers) > 1 {
 		return fmt.Errorf("more than one kernel in the image: %v", kvers)
 	}
-	kver := filepath.Base(kvers[0])
-	if err := copyFile(filepath.Join(root, "boot", "vmlinuz-"+kver), filepath.Join(out, kernelImage), 0o644); err != nil {
+	kver := path.Base(kvers[0])
+	if err := copyOut(root, "/boot/vmlinuz-"+kver, filepath.Join(out, kernelImage), 0o644); err != nil {
 		return fmt.Errorf("kernel %s: %w", kver, err)
 	}
 	if err := os.WriteFile(filepath.Join(out, kernelRelease), []byte(kver+"\n"), 0o644); err != nil {
 		return err
 	}
-	if err := copyFile(filepath.Join(root, "usr/lib/os-release"), filepath.Join(out, osReleaseFile), 0o644); err != nil {
+	if err := copyOut(root, "/usr/lib/os-release", filepath.Join(out, osReleaseFile), 0o644); err != nil {
 		return fmt.Errorf("os-release: %w", err)
 	}
-	stub := filepath.Join(root, "usr/lib/systemd/boot/efi", stubFile)
-	if _, err := os.Stat(stub); err == nil {
-		if err := copyFile(stub, filepath.Join(out, stubFile), 0o644); err != nil {
-			return err
+	stub := "/usr/lib/systemd/boot/efi/" + stubFile
+	if _, err := root.Stat(stub); err == nil {
+		if err := copyOut(root, stub, filepath.Join(out, stubFile), 0o644); err != nil {
+			return fmt.Errorf("UEFI stub: %w", err)
 		}
 	}
 	if err := liftModules(root, kver, s.modules, filepath.Join(out, modulesDir)); err != nil {
@@ -330,10 +352,10 @@ var initrdTools = []struct {
 	{"/etc/ssl/certs/ca-certificates.crt", true},
 }
 
-func liftInitrdTools(root, out string) error {
+func liftInitrdTools(root *fsroot.Root, out string) error {
 	var files []string
 	for _, t := range initrdTools {
-		if _, err := os.Stat(filepath.Join(root, t.path)); err != nil {
+		if _, err := root.Stat(t.path); err != nil {
 			if t.optional {
 				continue
 			}
@@ -416,18 +438,23 @@ var machineState = []string{
 	"var/lib/dpkg/*-old",
 }
 
-func removeMachineState(root string) error {
+func removeMachineState(root *fsroot.Root) error {
 	for _, pattern := range machineState {
-		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		matches, err := root.Glob(pattern)
 		if err != nil {
 			return err
 		}
 		for _, m := range matches {
-			if err := os.Remove(m); err != nil {
+			if err := root.Remove(m); err != nil {
 				return err
 			}
 		}
 	}
-	// A fresh machine-id on first boot: systemd fills an empty file.
-	return os.WriteFile(filepath.Join(root, "etc/machine-id"), nil, 0o444)
+	// A fresh machine-id on first boot: systemd fills an empty file. It
+	// keeps the mode the image gave it.
+	mode := os.FileMode(0o444)
+	if fi, err := root.Lstat("/etc/machine-id"); err == nil && fi.Mode().IsRegular() {
+		mode = fi.Mode().Perm()
+	}
+	return root.WriteFile("/etc/machine-id", strings.NewReader(""), mode)
 }

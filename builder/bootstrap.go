@@ -17,7 +17,7 @@ import (
 
 // bootstrapVersion changes whenever the bootstrap step's behaviour changes,
 // so old cache entries stop matching.
-const bootstrapVersion = "4"
+const bootstrapVersion = "5"
 
 // rootfsTar is the bootstrap step's output: the package-installed tree.
 const (
@@ -53,7 +53,16 @@ func (s *bootstrapStep) Inputs() (cache.Inputs, error) {
 // The builder makes its own initrd, so initramfs-tools' hooks must never run
 // inside the image (each run costs minutes): divert update-initramfs to
 // true(1) before any package is installed.
-const noInitramfsHook = `chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/sbin/update-initramfs.osb-distrib --add /usr/sbin/update-initramfs && ln -sf /bin/true "$1/usr/sbin/update-initramfs"`
+const noInitramfsHook = `chroot "$1" dpkg-divert --quiet --local --rename --divert /usr/sbin/update-initramfs.osb-distrib --add /usr/sbin/update-initramfs && chroot "$1" ln -sf /bin/true /usr/sbin/update-initramfs`
+
+// cleanupHook and packagesHook run inside the tree (chroot), so the tree's
+// own symlinks (/var/log -> /somewhere) resolve inside it: "$1"/var/log/...
+// on the host would follow an absolute link to the host's files.
+const cleanupHook = `chroot "$1" sh -c 'rm -f /boot/initrd.img* /initrd.img* && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /var/log/apt/*'`
+
+func packagesHook(out string) string {
+	return `chroot "$1" dpkg-query -W -f='${Package}\t${Version}\n' > ` + shellQuote(out)
+}
 
 func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	b := s.r.Base
@@ -71,9 +80,8 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 		"--dpkgopt=path-exclude=/usr/share/info/*",
 		"--dpkgopt=path-exclude=/usr/share/locale/*",
 		"--dpkgopt=path-include=/usr/share/locale/locale.alias",
-		"--customize-hook=rm -f \"$1\"/boot/initrd.img* \"$1\"/initrd.img*",
-		"--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin \"$1\"/var/log/*.log \"$1\"/var/log/apt/*",
-		"--customize-hook=dpkg-query --admindir=\"$1/var/lib/dpkg\" -W -f='${Package}\\t${Version}\\n' > " + shellQuote(filepath.Join(out, packagesList)),
+		"--customize-hook=" + cleanupHook,
+		"--customize-hook=" + packagesHook(filepath.Join(out, packagesList)),
 	}
 	if len(s.packages) > 0 {
 		args = append(args, "--include="+strings.Join(s.packages, ","))

@@ -2,13 +2,16 @@ package builder
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 const initrdVersion = "2"
@@ -19,8 +22,9 @@ func defaultInitrdModules() []string { return initrd.DefaultModules }
 
 // liftModules copies the modules names need (dependencies first) and the
 // module index files out of the image tree into a small tree of the same
-// shape, which is all the initrd step needs of the image.
-func liftModules(root, kver string, names []string, out string) error {
+// shape, which is all the initrd step needs of the image. Everything is
+// read inside the tree, whatever modules.dep names.
+func liftModules(root *fsroot.Root, kver string, names []string, out string) error {
 	files, err := initrd.ResolveModules(root, kver, names)
 	if err != nil {
 		return err
@@ -29,17 +33,19 @@ func liftModules(root, kver string, names []string, out string) error {
 	if err != nil {
 		return err
 	}
-	index, err := filepath.Glob(filepath.Join(dir, "modules.*"))
+	index, err := root.Glob(path.Join(dir, "modules.*"))
 	if err != nil {
 		return err
 	}
 	dest := filepath.Join(out, "usr/lib/modules", kver)
 	for _, f := range index {
-		files = append(files, filepath.Base(f))
+		files = append(files, path.Base(f))
 	}
 	for _, f := range files {
-		if err := copyFile(filepath.Join(dir, f), filepath.Join(dest, f), 0o644); err != nil {
-			return err
+		// The lifted tree keeps modules.dep's names; they must stay in it.
+		to := filepath.Join(dest, filepath.FromSlash(path.Clean("/"+f)))
+		if err := copyOut(root, path.Join(dir, f), to, 0o644); err != nil {
+			return fmt.Errorf("kernel %s: module %s: %w", kver, f, err)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // ModulePath is this module's path; BuildInitBinary looks for its go.mod.
@@ -169,9 +170,15 @@ func Assemble(opts AssembleOptions) error {
 }
 
 func assembleArchive(opts AssembleOptions) (*Archive, error) {
+	// The trees are read as roots: their symlinks resolve inside them.
+	rootfs, err := fsroot.Open(opts.RootFS)
+	if err != nil {
+		return nil, fmt.Errorf("initrd: %w", err)
+	}
+	defer rootfs.Close()
 	kver := opts.KernelRelease
 	if kver == "" {
-		rels, err := KernelReleases(opts.RootFS)
+		rels, err := KernelReleases(rootfs)
 		if err != nil {
 			return nil, err
 		}
@@ -185,11 +192,11 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 		names = DefaultModules
 	}
 	names = append(append([]string(nil), names...), opts.ExtraModules...)
-	files, err := ResolveModules(opts.RootFS, kver, names)
+	files, err := ResolveModules(rootfs, kver, names)
 	if err != nil {
 		return nil, err
 	}
-	modDir, err := ModulesDir(opts.RootFS, kver)
+	modDir, err := ModulesDir(rootfs, kver)
 	if err != nil {
 		return nil, err
 	}
@@ -211,17 +218,12 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 	var list strings.Builder
 	list.WriteString("# Kernel modules the init loads, in order.\n")
 	for _, rel := range files {
-		dst, data, err := readModule(modDir, rel)
+		dst, data, err := readModule(rootfs, modDir, rel)
 		if err != nil {
 			return nil, err
 		}
 		p := path.Join("/lib/modules", kver, dst)
-		if data != nil {
-			err = a.AddFile(p, 0o644, data)
-		} else {
-			err = a.AddHostFile(p, 0o644, filepath.Join(modDir, rel))
-		}
-		if err != nil {
+		if err := a.AddFile(p, 0o644, data); err != nil {
 			return nil, err
 		}
 		list.WriteString(p + "\n")
@@ -230,9 +232,12 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 		return nil, err
 	}
 	if len(opts.Files) > 0 {
-		root := opts.FilesRoot
-		if root == "" {
-			root = opts.RootFS
+		root := rootfs
+		if opts.FilesRoot != "" {
+			if root, err = fsroot.Open(opts.FilesRoot); err != nil {
+				return nil, fmt.Errorf("initrd: %w", err)
+			}
+			defer root.Close()
 		}
 		if err := addFiles(a, root, opts.Files); err != nil {
 			return nil, err
@@ -247,12 +252,13 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 }
 
 // readModule returns the path a module gets in the initrd (without a
-// compression suffix) and, for compressed modules, the decompressed bytes.
+// compression suffix) and its bytes, decompressed. rel comes from
+// modules.dep and is read inside root, whatever it says.
 // Decompressing here rather than passing MODULE_INIT_COMPRESSED_FILE to
 // finit_module means the init works whatever the kernel's
 // CONFIG_MODULE_DECOMPRESS says; the outer initrd compression wins back
 // the space.
-func readModule(modDir, rel string) (string, []byte, error) {
+func readModule(root *fsroot.Root, modDir, rel string) (string, []byte, error) {
 	var open func(io.Reader) (io.Reader, error)
 	var suffix string
 	switch {
@@ -272,20 +278,26 @@ func readModule(modDir, rel string) (string, []byte, error) {
 		suffix = ".gz"
 		open = func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
 	case strings.HasSuffix(rel, ".ko"):
-		return rel, nil, nil
+		data, err := root.ReadFile(path.Join(modDir, rel), maxTreeFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("initrd: %w", err)
+		}
+		return rel, data, nil
 	default:
 		return "", nil, fmt.Errorf("initrd: %s: not a kernel module file name", rel)
 	}
-	f, err := os.Open(filepath.Join(modDir, rel))
+	compressed, err := root.ReadFile(path.Join(modDir, rel), maxTreeFile)
 	if err != nil {
 		return "", nil, fmt.Errorf("initrd: %w", err)
 	}
-	defer f.Close()
-	r, err := open(f)
+	r, err := open(bytes.NewReader(compressed))
 	if err != nil {
 		return "", nil, fmt.Errorf("initrd: decompress %s: %w", rel, err)
 	}
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, maxTreeFile+1))
+	if err == nil && len(data) > maxTreeFile {
+		err = fmt.Errorf("more than %d bytes", maxTreeFile)
+	}
 	if err != nil {
 		return "", nil, fmt.Errorf("initrd: decompress %s: %w", rel, err)
 	}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // NetworkModules are the NIC drivers the init needs to fetch over the
@@ -28,47 +31,14 @@ var libDirs = []string{
 	"usr/lib64", "lib64", "usr/lib", "lib",
 }
 
-// resolveInRoot resolves p (absolute, as seen inside root) to a host path
-// inside root, following symlinks as if root were /: absolute targets are
-// taken relative to root, and ".." never leaves it.
-func resolveInRoot(root, p string) (string, error) {
-	cur := "/"
-	rest := strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/")
-	for hops := 0; len(rest) > 0; {
-		part := rest[0]
-		rest = rest[1:]
-		if part == "" || part == "." {
-			continue
-		}
-		next := path.Join(cur, part)
-		fi, err := os.Lstat(filepath.Join(root, next))
-		if err != nil {
-			return "", fmt.Errorf("initrd: %s in %s: %w", p, root, err)
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			cur = next
-			continue
-		}
-		if hops++; hops > 40 {
-			return "", fmt.Errorf("initrd: %s in %s: too many symlinks", p, root)
-		}
-		target, err := os.Readlink(filepath.Join(root, next))
-		if err != nil {
-			return "", fmt.Errorf("initrd: %w", err)
-		}
-		if !path.IsAbs(target) {
-			target = path.Join(cur, target)
-		}
-		rest = append(strings.Split(strings.Trim(path.Clean(target), "/"), "/"), rest...)
-		cur = "/"
-	}
-	return filepath.Join(root, cur), nil
-}
+// maxTreeFile bounds a file read from a tree into memory: a kernel module
+// or a program with its libraries is far smaller.
+const maxTreeFile = 256 << 20
 
-// fileWithDeps is one file to copy: where it goes in the initrd and where
-// it comes from on the host.
+// fileWithDeps is one file to copy: its path in the tree is its path in
+// the initrd, resolved inside the tree when read.
 type fileWithDeps struct {
-	initrdPath, hostPath string
+	initrdPath string
 }
 
 // collectFiles resolves files (absolute paths inside root) and, for dynamic
@@ -76,7 +46,7 @@ type fileWithDeps struct {
 // libraries, recursively. Files go to the initrd at the path asked for;
 // libraries and the interpreter at the path where they were found, so the
 // dynamic loader's default search finds them.
-func collectFiles(root string, files []string) ([]fileWithDeps, error) {
+func collectFiles(root *fsroot.Root, files []string) ([]fileWithDeps, error) {
 	var out []fileWithDeps
 	seen := map[string]bool{}
 	var add func(initrdPath string) error
@@ -86,27 +56,36 @@ func collectFiles(root string, files []string) ([]fileWithDeps, error) {
 			return nil
 		}
 		seen[initrdPath] = true
-		host, err := resolveInRoot(root, initrdPath)
+		file, err := root.Open(initrdPath)
 		if err != nil {
-			return err
+			return fmt.Errorf("initrd: %w", err)
 		}
-		out = append(out, fileWithDeps{initrdPath: initrdPath, hostPath: host})
-		f, err := elf.Open(host)
+		defer file.Close()
+		if fi, err := file.Stat(); err != nil {
+			return fmt.Errorf("initrd: %w", err)
+		} else if !fi.Mode().IsRegular() {
+			return fmt.Errorf("initrd: %s: not a regular file", file.Name())
+		}
+		out = append(out, fileWithDeps{initrdPath: initrdPath})
+		name := file.Name()
+		f, err := elf.NewFile(file)
 		if err != nil {
 			var fe *elf.FormatError
-			if errors.As(err, &fe) || strings.Contains(err.Error(), "bad magic") {
+			if errors.As(err, &fe) || strings.Contains(err.Error(), "bad magic") || errors.Is(err, io.EOF) {
 				return nil // not ELF: a data file such as a CA bundle
 			}
-			return fmt.Errorf("initrd: read %s: %w", host, err)
+			return fmt.Errorf("initrd: read %s: %w", name, err)
 		}
-		defer f.Close()
 		for _, p := range f.Progs {
 			if p.Type != elf.PT_INTERP {
 				continue
 			}
+			if p.Filesz > 4096 { // bounded before allocating: PATH_MAX
+				return fmt.Errorf("initrd: %s: interpreter path of %d bytes", name, p.Filesz)
+			}
 			b := make([]byte, p.Filesz)
 			if _, err := p.ReadAt(b, 0); err != nil {
-				return fmt.Errorf("initrd: %s: read interpreter: %w", host, err)
+				return fmt.Errorf("initrd: %s: read interpreter: %w", name, err)
 			}
 			if err := add(strings.TrimRight(string(b), "\x00")); err != nil {
 				return err
@@ -114,18 +93,18 @@ func collectFiles(root string, files []string) ([]fileWithDeps, error) {
 		}
 		libs, err := f.ImportedLibraries()
 		if err != nil {
-			return fmt.Errorf("initrd: %s: %w", host, err)
+			return fmt.Errorf("initrd: %s: %w", name, err)
 		}
 		for _, lib := range libs {
 			found := ""
 			for _, d := range libDirs {
-				if _, err := resolveInRoot(root, path.Join("/", d, lib)); err == nil {
+				if _, err := root.Stat(path.Join("/", d, lib)); err == nil {
 					found = path.Join("/", d, lib)
 					break
 				}
 			}
 			if found == "" {
-				return fmt.Errorf("initrd: %s needs %s, which is in none of %s under %s", initrdPath, lib, strings.Join(libDirs, ", "), root)
+				return fmt.Errorf("initrd: %s needs %s, which is in none of %s under %s", initrdPath, lib, strings.Join(libDirs, ", "), root.Path())
 			}
 			if err := add(found); err != nil {
 				return err
@@ -145,63 +124,60 @@ func collectFiles(root string, files []string) ([]fileWithDeps, error) {
 }
 
 // addFiles puts the files and their dependencies into a.
-func addFiles(a *Archive, root string, files []string) error {
+func addFiles(a *Archive, root *fsroot.Root, files []string) error {
 	list, err := collectFiles(root, files)
 	if err != nil {
 		return err
 	}
 	for _, f := range list {
-		fi, err := os.Stat(f.hostPath)
+		data, perm, err := readTreeFile(root, f.initrdPath)
 		if err != nil {
-			return fmt.Errorf("initrd: %w", err)
+			return err
 		}
-		if err := a.AddHostFile(f.initrdPath, fi.Mode().Perm(), f.hostPath); err != nil {
+		if err := a.AddFile(f.initrdPath, perm, data); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// LiftFiles copies files (absolute paths inside root) and everything they
-// need at run time (interpreter, shared libraries) into dest at the same
-// paths, so that dest can serve as AssembleOptions.FilesRoot once root is
-// gone. It returns the paths copied, dependencies included.
-func LiftFiles(root string, files []string, dest string) ([]string, error) {
+// readTreeFile reads the regular file name of the tree, with its mode.
+func readTreeFile(root *fsroot.Root, name string) ([]byte, fs.FileMode, error) {
+	fi, err := root.Stat(name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("initrd: %w", err)
+	}
+	data, err := root.ReadFile(name, maxTreeFile)
+	if err != nil {
+		return nil, 0, fmt.Errorf("initrd: %w", err)
+	}
+	return data, fi.Mode().Perm(), nil
+}
+
+// LiftFiles copies files (absolute paths inside root, resolved there) and
+// everything they need at run time (interpreter, shared libraries) into
+// the host directory dest at the same paths, so that dest can serve as
+// AssembleOptions.FilesRoot once root is gone. It returns the paths
+// copied, dependencies included.
+func LiftFiles(root *fsroot.Root, files []string, dest string) ([]string, error) {
 	list, err := collectFiles(root, files)
 	if err != nil {
 		return nil, err
 	}
 	var paths []string
 	for _, f := range list {
-		fi, err := os.Stat(f.hostPath)
+		data, perm, err := readTreeFile(root, f.initrdPath)
 		if err != nil {
-			return nil, fmt.Errorf("initrd: %w", err)
+			return nil, err
 		}
 		to := filepath.Join(dest, f.initrdPath)
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return nil, fmt.Errorf("initrd: %w", err)
 		}
-		if err := copyHostFile(f.hostPath, to, fi.Mode().Perm()); err != nil {
-			return nil, err
+		if err := os.WriteFile(to, data, perm); err != nil {
+			return nil, fmt.Errorf("initrd: %w", err)
 		}
 		paths = append(paths, f.initrdPath)
 	}
 	return paths, nil
-}
-
-func copyHostFile(from, to string, perm os.FileMode) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return fmt.Errorf("initrd: %w", err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
-	if err != nil {
-		return fmt.Errorf("initrd: %w", err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("initrd: copy %s: %w", from, err)
-	}
-	return out.Close()
 }

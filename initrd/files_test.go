@@ -1,6 +1,9 @@
 package initrd
 
 import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,7 +11,7 @@ import (
 	"testing"
 )
 
-func TestResolveInRoot(t *testing.T) {
+func TestCollectFilesResolvesInRoot(t *testing.T) {
 	root := t.TempDir()
 	must := func(err error) {
 		t.Helper()
@@ -24,21 +27,13 @@ func TestResolveInRoot(t *testing.T) {
 	must(os.Symlink("/usr/lib", filepath.Join(root, "lib")))                        // absolute: inside root
 	must(os.Symlink("../../../../real.so", filepath.Join(root, "usr/lib/x/up.so"))) // ".." stops at root
 	must(os.Symlink("x/real.so", filepath.Join(root, "usr/lib/link.so")))
-	for _, tc := range []struct{ in, want string }{
-		{"/sbin/tool", "usr/sbin/tool"},
-		{"/lib/x/real.so", "usr/lib/x/real.so"},
-		{"/lib/link.so", "usr/lib/x/real.so"},
-	} {
-		got, err := resolveInRoot(root, tc.in)
-		if err != nil {
-			t.Errorf("%s: %v", tc.in, err)
-			continue
-		}
-		if got != filepath.Join(root, tc.want) {
-			t.Errorf("%s: got %s, want %s", tc.in, got, tc.want)
-		}
+	// Not ELF: each resolves to itself, inside the root.
+	r := openRoot(t, root)
+	if _, err := collectFiles(r, []string{"/sbin/tool", "/lib/x/real.so", "/lib/link.so"}); err != nil {
+		t.Error(err)
 	}
-	if _, err := resolveInRoot(root, "/lib/x/up.so"); err == nil {
+	must(os.WriteFile(filepath.Join(filepath.Dir(root), "real.so"), []byte("host"), 0o644))
+	if _, err := collectFiles(r, []string{"/lib/x/up.so"}); err == nil {
 		t.Error("a link climbing out of the root resolved to a host file")
 	}
 }
@@ -52,7 +47,7 @@ func TestCollectFilesMke2fs(t *testing.T) {
 		}
 		t.Skip("no /sbin/mke2fs on this host")
 	}
-	files, err := collectFiles("/", []string{"/sbin/mke2fs", "/etc/mke2fs.conf"})
+	files, err := collectFiles(openRoot(t, "/"), []string{"/sbin/mke2fs", "/etc/mke2fs.conf"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,5 +69,38 @@ func TestCollectFilesMke2fs(t *testing.T) {
 				t.Errorf("ldd lists %s, collectFiles does not", f[0])
 			}
 		}
+	}
+}
+
+// TestCollectFilesHugeInterpreter: an ELF header from the tree claiming a
+// 1 TiB interpreter path is refused before anything is allocated for it.
+func TestCollectFilesHugeInterpreter(t *testing.T) {
+	data, err := os.ReadFile("/usr/bin/true")
+	if err != nil {
+		t.Skip("no /usr/bin/true on this host")
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil || f.Class != elf.ELFCLASS64 {
+		t.Skipf("/usr/bin/true: %v", err)
+	}
+	phoff := binary.LittleEndian.Uint64(data[0x20:])
+	phentsize := uint64(binary.LittleEndian.Uint16(data[0x36:]))
+	patched := false
+	for i, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			binary.LittleEndian.PutUint64(data[phoff+uint64(i)*phentsize+32:], 1<<40) // p_filesz
+			patched = true
+		}
+	}
+	if !patched {
+		t.Skip("/usr/bin/true has no interpreter")
+	}
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "tool"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = collectFiles(openRoot(t, root), []string{"/tool"})
+	if err == nil || !strings.Contains(err.Error(), "interpreter path of 1099511627776 bytes") {
+		t.Fatalf("err = %v", err)
 	}
 }

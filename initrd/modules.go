@@ -3,11 +3,13 @@ package initrd
 import (
 	"bufio"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // MemoryModeModules are what the init needs to run the OS from RAM: a loop
@@ -48,30 +50,33 @@ func moduleName(file string) string {
 
 func normalizeModuleName(n string) string { return strings.ReplaceAll(n, "-", "_") }
 
-// ModulesDir returns the host directory holding the modules of kernelRelease
-// inside rootfs. /usr/lib is tried first: on merged-/usr systems /lib is a
-// symlink, which must not be followed out of rootfs if it is absolute.
-func ModulesDir(rootfs, kernelRelease string) (string, error) {
-	for _, dir := range []string{"usr/lib/modules", "lib/modules"} {
-		p := filepath.Join(rootfs, dir, kernelRelease)
-		if fi, err := os.Stat(filepath.Join(p, "modules.dep")); err == nil && fi.Mode().IsRegular() {
+// ModulesDir returns the directory holding the modules of kernelRelease,
+// as a path inside root (every path read from there resolves inside root,
+// whatever modules.dep names).
+func ModulesDir(root *fsroot.Root, kernelRelease string) (string, error) {
+	if kernelRelease == "" || strings.Contains(kernelRelease, "/") || kernelRelease == "." || kernelRelease == ".." {
+		return "", fmt.Errorf("initrd: %q is not a kernel release", kernelRelease)
+	}
+	for _, dir := range []string{"/usr/lib/modules", "/lib/modules"} {
+		p := path.Join(dir, kernelRelease)
+		if fi, err := root.Stat(path.Join(p, "modules.dep")); err == nil && fi.Mode().IsRegular() {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("initrd: no modules.dep for kernel %s in %s (looked in usr/lib/modules and lib/modules)", kernelRelease, rootfs)
+	return "", fmt.Errorf("initrd: no modules.dep for kernel %s in %s (looked in usr/lib/modules and lib/modules)", kernelRelease, root.Path())
 }
 
-// KernelReleases lists the kernel releases that have modules in rootfs.
-func KernelReleases(rootfs string) ([]string, error) {
+// KernelReleases lists the kernel releases that have modules in root.
+func KernelReleases(root *fsroot.Root) ([]string, error) {
 	seen := map[string]bool{}
-	for _, dir := range []string{"usr/lib/modules", "lib/modules"} {
-		ents, err := os.ReadDir(filepath.Join(rootfs, dir))
+	for _, dir := range []string{"/usr/lib/modules", "/lib/modules"} {
+		names, err := root.ReadDirNames(dir)
 		if err != nil {
 			continue
 		}
-		for _, e := range ents {
-			if _, err := os.Stat(filepath.Join(rootfs, dir, e.Name(), "modules.dep")); err == nil {
-				seen[e.Name()] = true
+		for _, n := range names {
+			if _, err := root.Stat(path.Join(dir, n, "modules.dep")); err == nil {
+				seen[n] = true
 			}
 		}
 	}
@@ -81,7 +86,7 @@ func KernelReleases(rootfs string) ([]string, error) {
 	}
 	sort.Strings(out)
 	if len(out) == 0 {
-		return nil, fmt.Errorf("initrd: no kernel modules (modules.dep) in %s", rootfs)
+		return nil, fmt.Errorf("initrd: no kernel modules (modules.dep) in %s", root.Path())
 	}
 	return out, nil
 }
@@ -96,15 +101,21 @@ type moduleDB struct {
 	post    map[string][]string // softdep post:
 }
 
-func loadModuleDB(dir string) (*moduleDB, error) {
+func loadModuleDB(root *fsroot.Root, dir string) (*moduleDB, error) {
 	db := &moduleDB{
 		files: map[string]string{}, deps: map[string][]string{}, builtin: map[string]bool{},
 		aliases: map[string][]string{}, pre: map[string][]string{}, post: map[string][]string{},
 	}
-	err := eachLine(filepath.Join(dir, "modules.dep"), true, func(line string) error {
+	err := eachLine(root, path.Join(dir, "modules.dep"), true, func(line string) error {
 		file, deps, ok := strings.Cut(line, ":")
 		if !ok {
 			return fmt.Errorf("malformed line %q", line)
+		}
+		// Module files are relative paths below the modules directory.
+		for _, f := range append([]string{file}, strings.Fields(deps)...) {
+			if !fs.ValidPath(f) || f == "." {
+				return fmt.Errorf("line %q: %q is not a path below the modules directory", line, f)
+			}
 		}
 		db.files[moduleName(file)] = file
 		db.deps[file] = strings.Fields(deps)
@@ -114,14 +125,14 @@ func loadModuleDB(dir string) (*moduleDB, error) {
 		return nil, err
 	}
 	// The remaining files are optional: depmod may not have written them.
-	err = eachLine(filepath.Join(dir, "modules.builtin"), false, func(line string) error {
+	err = eachLine(root, path.Join(dir, "modules.builtin"), false, func(line string) error {
 		db.builtin[moduleName(line)] = true
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = eachLine(filepath.Join(dir, "modules.alias"), false, func(line string) error {
+	err = eachLine(root, path.Join(dir, "modules.alias"), false, func(line string) error {
 		f := strings.Fields(line)
 		// Wildcard aliases match hardware ids; only exact ones name modules.
 		if len(f) == 3 && f[0] == "alias" && !strings.ContainsAny(f[1], "*?[") {
@@ -132,7 +143,7 @@ func loadModuleDB(dir string) (*moduleDB, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = eachLine(filepath.Join(dir, "modules.softdep"), false, func(line string) error {
+	err = eachLine(root, path.Join(dir, "modules.softdep"), false, func(line string) error {
 		f := strings.Fields(line)
 		if len(f) < 2 || f[0] != "softdep" {
 			return nil
@@ -157,8 +168,8 @@ func loadModuleDB(dir string) (*moduleDB, error) {
 	return db, nil
 }
 
-func eachLine(file string, required bool, fn func(string) error) error {
-	f, err := os.Open(file)
+func eachLine(root *fsroot.Root, file string, required bool, fn func(string) error) error {
+	f, err := root.Open(file)
 	if err != nil {
 		if !required && os.IsNotExist(err) {
 			return nil
@@ -184,18 +195,18 @@ func eachLine(file string, required bool, fn func(string) error) error {
 }
 
 // ResolveModules returns the module files needed to load names on kernel
-// kernelRelease of rootfs, dependencies first, each once, as paths relative
+// kernelRelease of root, dependencies first, each once, as paths relative
 // to the kernel's modules directory (as modules.dep writes them, possibly
 // compressed: .ko.xz/.ko.zst). Names may use '-' or '_' and may be exact
 // aliases (fs-squashfs). A module built into the kernel needs no file and is
 // not an error; a name found nowhere is. Soft dependencies are followed when
 // they resolve and skipped when they do not, as modprobe does.
-func ResolveModules(rootfs, kernelRelease string, names []string) ([]string, error) {
-	dir, err := ModulesDir(rootfs, kernelRelease)
+func ResolveModules(root *fsroot.Root, kernelRelease string, names []string) ([]string, error) {
+	dir, err := ModulesDir(root, kernelRelease)
 	if err != nil {
 		return nil, err
 	}
-	db, err := loadModuleDB(dir)
+	db, err := loadModuleDB(root, dir)
 	if err != nil {
 		return nil, err
 	}

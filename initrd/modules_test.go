@@ -10,6 +10,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // fakeModules writes a depmod-like directory for kernel "6.1.0-test" into a
@@ -72,8 +74,19 @@ func fakeModules(t *testing.T) string {
 	return root
 }
 
+// openRoot opens dir as a tree whose symlinks resolve inside it.
+func openRoot(t testing.TB, dir string) *fsroot.Root {
+	t.Helper()
+	r, err := fsroot.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func TestResolveModules(t *testing.T) {
-	root := fakeModules(t)
+	root := openRoot(t, fakeModules(t))
 	for _, tc := range []struct {
 		names   []string
 		want    []string
@@ -116,7 +129,7 @@ func TestResolveModules(t *testing.T) {
 }
 
 func TestReadModuleDecompresses(t *testing.T) {
-	root := fakeModules(t)
+	root := openRoot(t, fakeModules(t))
 	dir, err := ModulesDir(root, "6.1.0-test")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +138,7 @@ func TestReadModuleDecompresses(t *testing.T) {
 		"kernel/fs/squashfs/squashfs.ko.xz":   "ELF squashfs",
 		"kernel/crypto/crc32c_generic.ko.zst": "ELF crc32c_generic",
 	} {
-		dst, data, err := readModule(dir, rel)
+		dst, data, err := readModule(root, dir, rel)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +146,7 @@ func TestReadModuleDecompresses(t *testing.T) {
 			t.Errorf("%s -> %s %q", rel, dst, data)
 		}
 	}
-	if dst, data, err := readModule(dir, "kernel/drivers/block/loop.ko"); err != nil || data != nil || dst != "kernel/drivers/block/loop.ko" {
+	if dst, data, err := readModule(root, dir, "kernel/drivers/block/loop.ko"); err != nil || string(data) != "ELF loop" || dst != "kernel/drivers/block/loop.ko" {
 		t.Errorf("plain module: %s %q %v", dst, data, err)
 	}
 }
@@ -148,11 +161,12 @@ func TestDefaultModulesResolveOnRealRootfs(t *testing.T) {
 	if rootfs == "" {
 		t.Skip("OSB_TEST_ROOTFS not set (developer-only; CI covers this through the builder's output)")
 	}
-	rels, err := KernelReleases(rootfs)
+	root := openRoot(t, rootfs)
+	rels, err := KernelReleases(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := ResolveModules(rootfs, rels[len(rels)-1], DefaultModules)
+	files, err := ResolveModules(root, rels[len(rels)-1], DefaultModules)
 	if err != nil {
 		t.Fatal(err)
 	}

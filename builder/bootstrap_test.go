@@ -1,0 +1,93 @@
+package builder
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// miniTree makes a tree that can run sh, rm, ln and dpkg-query under
+// chroot, with the host's binaries and their libraries, laid out like a
+// merged-/usr Debian tree.
+func miniTree(t *testing.T, root string) {
+	t.Helper()
+	requireTools(t, "chroot", "ldd", "dpkg-query")
+	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "var/lib", "tmp"} {
+		mustDo(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	for _, l := range [][2]string{{"usr/bin", "bin"}, {"usr/sbin", "sbin"}, {"usr/lib", "lib"}, {"usr/lib64", "lib64"}} {
+		mustDo(t, os.Symlink(l[0], filepath.Join(root, l[1])))
+	}
+	copyHost := func(p string) {
+		b, err := os.ReadFile(p)
+		mustDo(t, err)
+		dst := filepath.Join(root, p)
+		mustDo(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+		mustDo(t, os.WriteFile(dst, b, 0o755))
+	}
+	for _, tool := range []string{"sh", "rm", "ln", "true", "dpkg-query"} {
+		p, err := exec.LookPath(tool)
+		mustDo(t, err)
+		copyHost("/usr/bin/" + filepath.Base(p))
+		out, err := exec.Command("ldd", p).Output()
+		mustDo(t, err)
+		for _, line := range strings.Split(string(out), "\n") {
+			for _, f := range strings.Fields(line) {
+				if strings.HasPrefix(f, "/") {
+					real, err := filepath.EvalSymlinks(f)
+					mustDo(t, err)
+					copyHost(real)
+					if real != f {
+						mustDo(t, os.MkdirAll(filepath.Join(root, filepath.Dir(f)), 0o755))
+						os.Symlink(real, filepath.Join(root, f))
+					}
+				}
+			}
+		}
+	}
+}
+
+func dpkgStatus(pkg string) string {
+	return "Package: " + pkg + "\nStatus: install ok installed\nVersion: 1.0\nArchitecture: all\nMaintainer: x\nDescription: x\n\n"
+}
+
+// TestBootstrapHooksStayInsideTree runs the bootstrap's customize hooks
+// the way mmdebstrap does (sh -c HOOK exec ROOT) on a tree whose /var/log,
+// /var/lib/apt/lists, /boot and /var/lib/dpkg are absolute links to host
+// directories: the host's files stay, the package list is the tree's.
+func TestBootstrapHooksStayInsideTree(t *testing.T) {
+	h := newHostTree(t)
+	miniTree(t, h.root)
+	outside := filepath.Dir(h.sentinel)
+	h.hostFile(t, "syslog.log", "host log")
+	h.hostFile(t, "initrd.img-6.1", "host initrd")
+	h.hostFile(t, "status", dpkgStatus("host-package"))
+	mustDo(t, os.RemoveAll(filepath.Join(h.root, "boot")))
+	for _, l := range []string{"var/log", "var/lib/apt/lists", "boot", "var/lib/dpkg"} {
+		mustDo(t, os.MkdirAll(filepath.Join(h.root, filepath.Dir(l)), 0o755))
+		mustDo(t, os.Symlink(outside, filepath.Join(h.root, l)))
+	}
+	// Inside the tree, the link's target holds the image's own files.
+	inside := filepath.Join(h.root, outside)
+	mustDo(t, os.MkdirAll(inside, 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(inside, "image.log"), nil, 0o644))
+	mustDo(t, os.WriteFile(filepath.Join(inside, "initrd.img-6.1"), nil, 0o644))
+	mustDo(t, os.WriteFile(filepath.Join(inside, "status"), []byte(dpkgStatus("inside-image")), 0o644))
+	list := filepath.Join(t.TempDir(), "packages")
+	for _, hook := range []string{packagesHook(list), cleanupHook} { // the links share a directory: list first
+		if out, err := exec.Command("sh", "-c", hook, "exec", h.root).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", hook, err, out)
+		}
+	}
+	for _, f := range []string{"image.log", "initrd.img-6.1"} {
+		if _, err := os.Lstat(filepath.Join(inside, f)); err == nil {
+			t.Errorf("the image's %s was not removed", f)
+		}
+	}
+	if b, err := os.ReadFile(list); err != nil || string(b) != "inside-image\t1.0\n" {
+		t.Errorf("package list = %q, %v; want the tree's", b, err)
+	}
+	h.untouched(t)
+}
