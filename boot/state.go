@@ -1,13 +1,14 @@
 package boot
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 )
@@ -168,19 +169,7 @@ func SaveState(path string, s *State) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".bootstate-*")
-	if err != nil {
-		return fmt.Errorf("saving boot state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("saving boot state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("saving boot state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("saving boot state: %w", err)
 	}
 	return nil

@@ -12,6 +12,8 @@
 package cache
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -329,25 +331,10 @@ func (s *Store) Remember(scope, step string, in Inputs) error {
 		return err
 	}
 	p := s.lastPath(scope, step)
-	f, err := os.CreateTemp(s.lastDir(), "."+filepath.Base(p)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("cache remember: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
 		return fmt.Errorf("cache remember %s: %w", p, err)
 	}
-	return syncDir(s.lastDir())
+	return nil
 }
 
 func (s *Store) lastPath(scope, step string) string {

@@ -12,10 +12,11 @@
 package diskimage
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
@@ -181,52 +182,16 @@ func Plan(opts Options) (*Layout, error) {
 
 func alignUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
-// Write writes the disk image to path. It writes path+".tmp" and renames it
-// into place only when everything succeeded; on failure nothing is left at
+// Write writes the disk image to path. It writes a temp file beside it and
+// renames it into place only when everything succeeded; on failure nothing is left at
 // path (an older file there stays untouched).
 func Write(path string, opts Options) error {
 	l, err := Plan(opts)
 	if err != nil {
 		return fmt.Errorf("disk image %s: %w", path, err)
 	}
-	if err := WriteAtomically(path, func(f *os.File) error { return l.write(f, opts) }); err != nil {
+	if err := atomicfile.Write(path, 0o644, func(f *os.File) error { return l.write(f, opts) }); err != nil {
 		return fmt.Errorf("disk image %s: %w", path, err)
-	}
-	return nil
-}
-
-// WriteAtomically runs fill on a new path+".tmp", syncs it and renames it
-// to path (then syncs the directory) on success; on failure it removes the
-// temporary file, so path is either the old file or the whole new one. The
-// ISO writer shares it.
-func WriteAtomically(path string, fill func(*os.File) error) (err error) {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err = fill(f); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("close: %w", err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// Make the rename durable too; a failure here does not undo the write.
-	if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return nil
 }

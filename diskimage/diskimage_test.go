@@ -402,8 +402,8 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 		if err := Write(p, fx.options()); err == nil {
 			t.Fatal("Write over a directory succeeded")
 		}
-		if _, err := os.Stat(p + ".tmp"); !errors.Is(err, os.ErrNotExist) {
-			t.Error("temporary file left behind")
+		if left, _ := filepath.Glob(filepath.Join(dir, ".disk.raw.*")); len(left) != 0 {
+			t.Errorf("temporary files left behind: %v", left)
 		}
 		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
 			t.Error("the directory at path was disturbed")

@@ -16,6 +16,8 @@
 package isoimage
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"errors"
 	"fmt"
 	"io"
@@ -183,7 +185,7 @@ func write(out string, opts Options) (err error) {
 		}
 	}
 
-	return diskimage.WriteAtomically(out, func(f *os.File) error {
+	return atomicfile.Write(out, 0o644, func(f *os.File) error {
 		return layOut(f, work, label, mtime, espSize)
 	})
 }

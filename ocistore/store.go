@@ -1,6 +1,8 @@
 package ocistore
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -42,10 +44,10 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("oci store: %w", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "index.json")); errors.Is(err, os.ErrNotExist) {
-		if err := writeFileAtomic(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
 			return nil, fmt.Errorf("oci store: %w", err)
 		}
-		if err := writeFileAtomic(filepath.Join(dir, "index.json"), []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, "index.json"), []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`), 0o644); err != nil {
 			return nil, fmt.Errorf("oci store: %w", err)
 		}
 	}
@@ -268,26 +270,10 @@ func (s *Store) putBlob(d v1.Descriptor, rc io.ReadCloser) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".import-*")
-	if err != nil {
+	return atomicfile.Write(filepath.Join(dir, d.Digest.Hex), 0o444, func(f *os.File) error {
+		_, err := io.Copy(f, vr)
 		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := io.Copy(f, vr); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o444); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, d.Digest.Hex))
+	})
 }
 
 // record puts d into the store's index.json, replacing an entry with the
@@ -330,33 +316,10 @@ func (s *Store) record(ref name.Digest, d v1.Descriptor) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(s.layout.dir, "index.json"), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.layout.dir, "index.json"), b, 0o644); err != nil {
 		return fmt.Errorf("oci store: %w", err)
 	}
 	return nil
-}
-
-func writeFileAtomic(p string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
 }
 
 // layoutSource reads blobs of an OCI layout directory.

@@ -1,6 +1,8 @@
 package publish
 
 import (
+	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+
 	"context"
 	"fmt"
 	"io"
@@ -261,22 +263,14 @@ func pullLayer(ctx context.Context, img v1.Image, d v1.Descriptor, dest string) 
 	}
 	vr := ocistore.NewVerifyingReader(rc, filepath.Base(dest), d.Digest, d.Size)
 	defer vr.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*")
+	err = atomicfile.Write(dest, 0o644, func(f *os.File) error {
+		_, err := io.Copy(f, ctxReader{ctx, vr})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pull %s: %w", filepath.Base(dest), err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, ctxReader{ctx, vr}); err != nil {
-		tmp.Close()
-		return fmt.Errorf("pull %s: %w", filepath.Base(dest), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("pull %s: %w", filepath.Base(dest), err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dest)
+	return nil
 }
 
 // ctxReader stops a long copy when the context is cancelled.
