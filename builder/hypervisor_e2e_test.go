@@ -65,9 +65,10 @@ func e2eNode(apiServer string) ignition.Node {
 // fetched over QEMU's user network from 10.0.2.2) and checks on the
 // console: ignition applied the config; libvirtd is active and virsh lists
 // capabilities; libvirt-provider is active and its health and metrics
-// endpoints answer; machinepoollet waits for its API server with a clear
-// log line; metalnet, unconfigured, says it waits for configuration; no
-// unit failed.
+// endpoints answer; machinepoollet waits for its API server, active, with a
+// clear line in its journal and on the console; metalnet, unconfigured,
+// says it waits for configuration; the boot reached multi-user.target
+// (nothing waits in "activating"); no unit failed.
 func TestHypervisorBoot(t *testing.T) {
 	out := hypervisorOutput(t)
 	requireTools(t, "qemu-system-x86_64")
