@@ -65,9 +65,10 @@ func e2eNode(apiServer string) ignition.Node {
 // fetched over QEMU's user network from 10.0.2.2) and checks on the
 // console: ignition applied the config; libvirtd is active and virsh lists
 // capabilities; libvirt-provider is active and its health and metrics
-// endpoints answer; machinepoollet waits for its API server with a clear
-// log line; metalnet, unconfigured, says it waits for configuration; no
-// unit failed.
+// endpoints answer; machinepoollet waits for its API server, active, with a
+// clear line in its journal and on the console; metalnet, unconfigured,
+// says it waits for configuration; the boot reached multi-user.target
+// (nothing waits in "activating"); no unit failed.
 func TestHypervisorBoot(t *testing.T) {
 	out := hypervisorOutput(t)
 	requireTools(t, "qemu-system-x86_64")
@@ -76,7 +77,84 @@ func TestHypervisorBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The API server address: a port on the host nothing listens on.
+	url := serveNode(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	vm, err := qemu.Start(ctx, qemu.Config{
+		Kernel:    filepath.Join(out, "vmlinuz"),
+		Initrd:    filepath.Join(out, "initrd.img"),
+		Append:    strings.TrimSpace(string(cmdline)) + " ignition.config.url=" + url,
+		UEFI:      true,
+		MemoryMB:  2048,
+		CPUs:      2,
+		Net:       &qemu.NetConfig{},
+		SerialLog: os.Getenv("OSB_HYPERVISOR_SERIAL_LOG"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Stop()
+	for _, want := range []string{
+		"ignition-apply: config from the kernel command line",
+		"ignition-apply: applied",
+		// machinepoollet waits for its API server, active: the boot is done.
+		"osb-boot-report: reached multi-user.target; failed units: none",
+		"machinepoollet: waiting for API server at https://10.0.2.2:", // on the console
+		"root@hv-e2e", // autologin shell: the hostname and the drop-in applied
+	} {
+		if _, err := vm.WaitFor(ctx, want); err != nil {
+			t.Fatalf("waiting for %q: %v", want, err)
+		}
+	}
+
+	got := consoleChecks(t, ctx, vm, []consoleCheck{
+		{"hostname", "hostname"},
+		{"libvirtd", "systemctl is-active libvirtd"},
+		{"virsh-guests", "virsh -c qemu:///system capabilities | grep -c '<guest>'"},
+		// libvirt-provider probes libvirt at start (slow under TCG).
+		{"provider", "for i in $(seq 90); do systemctl is-active -q libvirt-provider && curl -fsS -o /dev/null localhost:8181/healthz && break; sleep 2; done; systemctl is-active libvirt-provider"},
+		{"provider-health", "curl -fsS -o /dev/null -w '%{http_code}' localhost:8181/healthz"},
+		{"provider-metrics", "curl -fsS localhost:8182/metrics | grep -c '^go_goroutines'"},
+		{"poollet", "systemctl is-active machinepoollet"},
+		{"poollet-log", "journalctl -u machinepoollet --no-pager | grep -c 'machinepoollet: waiting for API server'"},
+		{"metalnet-log", "journalctl -u metalnet --no-pager | grep -c 'metalnet: waiting for configuration'"},
+		{"files", "grep -c MACHINE_POOL_NAME=.hv-e2e /etc/ironcore/machinepoollet.env; test -s /etc/ironcore/machine-classes.yaml && echo present"},
+		// Ignition writes keys to authorized_keys.d/ignition or, as some
+		// distro builds do, authorized_keys; sshd reads both here.
+		{"ssh-key", "cat /root/.ssh/authorized_keys /root/.ssh/authorized_keys.d/ignition 2>/dev/null | grep -c e2e@os-builder"},
+		{"poollet-journal", "journalctl -u machinepoollet --no-pager -n 8"},
+		{"failed", "systemctl list-units --failed --no-legend --plain | wc -l"},
+		{"failed-units", "systemctl list-units --failed --no-legend --plain | tr '\\n' ' '"},
+	})
+	want := map[string]func(string) bool{
+		"hostname":         eq("hv-e2e"),
+		"libvirtd":         eq("active"),
+		"virsh-guests":     positive,
+		"provider":         eq("active"),
+		"provider-health":  eq("200"),
+		"provider-metrics": positive,
+		"poollet":          eq("active"), // waiting for the API server, and says so
+		"poollet-log":      positive,
+		"metalnet-log":     positive,
+		"files":            eq("1 present"),
+		"ssh-key":          positive,
+		"failed":           eq("0"),
+	}
+	for name, ok := range want {
+		if !ok(got[name]) {
+			t.Errorf("%s = %q", name, got[name])
+		}
+	}
+	if t.Failed() {
+		t.Logf("failed units: %s\nconsole tail:\n%s", got["failed-units"], vm.Tail(120))
+	}
+}
+
+// serveNode serves e2eNode's config over HTTP to the test's VMs and
+// returns its URL as the guest sees it (QEMU's user network: the host is
+// 10.0.2.2). The machinepoollet API server is a host port nothing listens on.
+func serveNode(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -103,56 +181,20 @@ func TestHypervisorBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(hl) }()
-	defer srv.Close()
-	url := fmt.Sprintf("http://10.0.2.2:%d/node.ign", hl.Addr().(*net.TCPAddr).Port)
+	t.Cleanup(func() { srv.Close() })
+	return fmt.Sprintf("http://10.0.2.2:%d/node.ign", hl.Addr().(*net.TCPAddr).Port)
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	vm, err := qemu.Start(ctx, qemu.Config{
-		Kernel:    filepath.Join(out, "vmlinuz"),
-		Initrd:    filepath.Join(out, "initrd.img"),
-		Append:    strings.TrimSpace(string(cmdline)) + " ignition.config.url=" + url,
-		UEFI:      true,
-		MemoryMB:  2048,
-		CPUs:      2,
-		Net:       &qemu.NetConfig{},
-		SerialLog: os.Getenv("OSB_HYPERVISOR_SERIAL_LOG"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Stop()
-	for _, want := range []string{
-		"ignition-apply: config from the kernel command line",
-		"ignition-apply: applied",
-		"root@hv-e2e", // autologin shell: the hostname and the drop-in applied
-	} {
-		if _, err := vm.WaitFor(ctx, want); err != nil {
-			t.Fatalf("waiting for %q: %v", want, err)
-		}
-	}
+// consoleCheck is a shell command run on the VM's autologin console; its
+// output, newlines folded, is the check's value.
+type consoleCheck struct{ name, cmd string }
 
+// consoleChecks runs checks one after the other on the console and returns
+// their values by name.
+func consoleChecks(t *testing.T, ctx context.Context, vm *qemu.VM, checks []consoleCheck) map[string]string {
+	t.Helper()
 	// Each check prints "R:<name>=<value>"; the format string keeps the
 	// typed command (echoed by the tty) from matching.
-	checks := []struct{ name, cmd string }{
-		{"hostname", "hostname"},
-		{"libvirtd", "systemctl is-active libvirtd"},
-		{"virsh-guests", "virsh -c qemu:///system capabilities | grep -c '<guest>'"},
-		// libvirt-provider probes libvirt at start (slow under TCG).
-		{"provider", "for i in $(seq 90); do systemctl is-active -q libvirt-provider && curl -fsS -o /dev/null localhost:8181/healthz && break; sleep 2; done; systemctl is-active libvirt-provider"},
-		{"provider-health", "curl -fsS -o /dev/null -w '%{http_code}' localhost:8181/healthz"},
-		{"provider-metrics", "curl -fsS localhost:8182/metrics | grep -c '^go_goroutines'"},
-		{"poollet", "systemctl is-active machinepoollet"},
-		{"poollet-log", "journalctl -u machinepoollet --no-pager | grep -c 'machinepoollet: waiting for API server'"},
-		{"metalnet-log", "journalctl -u metalnet --no-pager | grep -c 'metalnet: waiting for configuration'"},
-		{"files", "grep -c MACHINE_POOL_NAME=.hv-e2e /etc/ironcore/machinepoollet.env; test -s /etc/ironcore/machine-classes.yaml && echo present"},
-		// Ignition writes keys to authorized_keys.d/ignition or, as some
-		// distro builds do, authorized_keys; sshd reads both here.
-		{"ssh-key", "cat /root/.ssh/authorized_keys /root/.ssh/authorized_keys.d/ignition 2>/dev/null | grep -c e2e@os-builder"},
-		{"poollet-journal", "journalctl -u machinepoollet --no-pager -n 8"},
-		{"failed", "systemctl list-units --failed --no-legend --plain | wc -l"},
-		{"failed-units", "systemctl list-units --failed --no-legend --plain | tr '\\n' ' '"},
-	}
 	for _, c := range checks {
 		// The value ends with "=E:<name>" so that the next command is typed
 		// only after the whole line was printed.
@@ -169,28 +211,7 @@ func TestHypervisorBoot(t *testing.T) {
 		got[m[1]] = strings.TrimSpace(m[2])
 	}
 	t.Logf("console results: %q", got)
-	want := map[string]func(string) bool{
-		"hostname":         eq("hv-e2e"),
-		"libvirtd":         eq("active"),
-		"virsh-guests":     positive,
-		"provider":         eq("active"),
-		"provider-health":  eq("200"),
-		"provider-metrics": positive,
-		"poollet":          eq("activating"),
-		"poollet-log":      positive,
-		"metalnet-log":     positive,
-		"files":            eq("1 present"),
-		"ssh-key":          positive,
-		"failed":           eq("0"),
-	}
-	for name, ok := range want {
-		if !ok(got[name]) {
-			t.Errorf("%s = %q", name, got[name])
-		}
-	}
-	if t.Failed() {
-		t.Logf("failed units: %s\nconsole tail:\n%s", got["failed-units"], vm.Tail(120))
-	}
+	return got
 }
 
 func eq(want string) func(string) bool { return func(s string) bool { return s == want } }

@@ -70,6 +70,12 @@ type Config struct {
 	// FailureMarkers replace DefaultFailureMarkers when not nil; an empty
 	// non-nil slice disables failure detection.
 	FailureMarkers []string
+	// Monitor opens a QMP monitor socket (VM.Monitor) to change the VM
+	// while it runs, e.g. its NIC's link.
+	Monitor bool
+	// Paused starts QEMU with its CPUs stopped (-S) until Monitor.Cont,
+	// so a test can change the VM before the firmware runs. Needs Monitor.
+	Paused bool
 }
 
 // BootDevice names a device class for Config.BootFrom.
@@ -106,6 +112,7 @@ type VM struct {
 	stdin   io.WriteCloser
 	tmpDir  string
 	markers []string
+	monitor bool
 
 	mu      sync.Mutex
 	console bytes.Buffer
@@ -119,7 +126,8 @@ type VM struct {
 }
 
 // Args returns QEMU's arguments for cfg; the vars file is where the
-// per-VM copy of OVMF's variable store is.
+// per-VM copy of OVMF's variable store is, in the VM's own directory
+// (which also holds the QMP socket).
 func (cfg *Config) Args(varsFile string) []string {
 	mem := cfg.MemoryMB
 	if mem == 0 {
@@ -139,6 +147,12 @@ func (cfg *Config) Args(varsFile string) []string {
 	}
 	if cfg.NoReboot {
 		args = append(args, "-no-reboot")
+	}
+	if cfg.Monitor {
+		args = append(args, "-qmp", "unix:"+qmpSocket(filepath.Dir(varsFile))+",server=on,wait=off")
+	}
+	if cfg.Paused {
+		args = append(args, "-S")
 	}
 	if cfg.UEFI {
 		args = append(args,
@@ -210,7 +224,7 @@ func (cfg *Config) Args(varsFile string) []string {
 		case cfg.Net.ROMFile != "":
 			dev += ",romfile=" + cfg.Net.ROMFile
 		}
-		dev += bootIndex(BootFromNet, true)
+		dev += bootIndex(BootFromNet, true) + ",id=" + NICID
 		args = append(args, "-netdev", netdev, "-device", dev)
 		if cfg.Net.HTTPBootOnly {
 			args = append(args,
@@ -231,7 +245,11 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
 	}
-	vm := &VM{tmpDir: tmp, changed: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Paused && !cfg.Monitor {
+		os.RemoveAll(tmp)
+		return nil, errors.New("qemu: Config.Paused needs Config.Monitor to resume the VM")
+	}
+	vm := &VM{tmpDir: tmp, monitor: cfg.Monitor, changed: make(chan struct{}), done: make(chan struct{})}
 	vm.markers = DefaultFailureMarkers
 	if cfg.FailureMarkers != nil {
 		vm.markers = cfg.FailureMarkers
