@@ -351,7 +351,7 @@ type systemDoc struct {
 	Manufacturer  string
 	PowerState    string
 	LastResetTime string
-	Boot         struct {
+	Boot          struct {
 		Enabled        string   `json:"BootSourceOverrideEnabled"`
 		EnabledAllowed []string `json:"BootSourceOverrideEnabled@Redfish.AllowableValues"`
 		Target         string   `json:"BootSourceOverrideTarget"`
