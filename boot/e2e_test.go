@@ -570,7 +570,16 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 	reg := newRegistry(b)
 	img := pushImage(b, reg, "os/bench", allKinds(), allMethods(), osimage.BootUEFIHTTP)
 	r := newRig(b, img, redfishemu.Options{})
-	p := r.plan(osimage.BootUEFIHTTP, boot.NetworkBootOnce)
+	r.plan(osimage.BootUEFIHTTP, boot.NetworkBootOnce) // publishes nothing; checks the image resolves
+	rimg, err := remote.Image(img.Ref)
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, err := osimage.ReadIdentity(rimg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := boot.Request{Image: img.Ref.String(), Method: boot.MethodAuto, ArtifactBaseURL: r.artURL}
 	d := &boot.Driver{Publisher: r.art}
 	urls := make([]string, n)
 	emus := make([]*redfishemu.Emulator, n)
@@ -595,6 +604,18 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 					return
 				}
 				defer c.Close()
+				// Auth (session, else basic) and the capability-driven
+				// method choice are part of every boot.
+				caps, err := c.Capabilities(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				p, err := boot.ResolveFor(id, req, &caps)
+				if err != nil {
+					errs <- err
+					return
+				}
 				if err := d.Run(ctx, c, p, &boot.State{}); err != nil {
 					errs <- err
 				}
