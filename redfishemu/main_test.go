@@ -26,7 +26,9 @@ func TestMainPersonality(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int)
-	go func() { done <- Main(ctx, []string{"--listen", addr, "--personality", "dmtf-system-media"}, &bytes.Buffer{}) }()
+	go func() {
+		done <- Main(ctx, []string{"--listen", addr, "--personality", "dmtf-system-media"}, &bytes.Buffer{})
+	}()
 	defer func() { cancel(); <-done }()
 	var resp *http.Response
 	for range 100 {
