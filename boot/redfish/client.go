@@ -5,7 +5,7 @@
 // implements boot.BMC.
 //
 // Every call is bounded by its context, down to each HTTP request: gofish
-// (v0.20) binds all requests to the one context given at connect, so the
+// binds all requests to the one context given at connect, so the
 // client opens the session with gofish and sends its own requests.
 package redfish
 
@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/stmcginnis/gofish"
-	"github.com/stmcginnis/gofish/common"
+	"github.com/stmcginnis/gofish/schemas"
 
 	"github.com/ironcore-dev/os-builder/boot"
 )
@@ -570,7 +570,7 @@ func taskFailed(state string) error {
 }
 
 // request sends one request bound to ctx and returns a 2xx response (body
-// bounded by maxBody), or the BMC's error as a *common.Error.
+// bounded by maxBody), or the BMC's error as a *schemas.Error.
 func (c *Client) request(ctx context.Context, method, path string, body any, header map[string]string) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
@@ -612,7 +612,7 @@ func (c *Client) request(ctx context.Context, method, path string, body any, hea
 		if err != nil {
 			return nil, fmt.Errorf("HTTP %d: reading error body: %w", resp.StatusCode, err)
 		}
-		return nil, common.ConstructError(resp.StatusCode, payload)
+		return nil, schemas.ConstructError(resp.StatusCode, payload)
 	}
 	return resp, nil
 }
@@ -676,7 +676,7 @@ func decodeBody(r io.Reader, v any) error {
 
 // statusOf is the HTTP status of a gofish error, 0 for transport errors.
 func statusOf(err error) int {
-	var e *common.Error
+	var e *schemas.Error
 	if errors.As(err, &e) {
 		return e.HTTPReturnedStatusCode
 	}

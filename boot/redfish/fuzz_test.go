@@ -10,14 +10,14 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stmcginnis/gofish/common"
+	"github.com/stmcginnis/gofish/schemas"
 
 	"github.com/ironcore-dev/os-builder/redfishemu"
 )
 
 // FuzzDecodeBMC feeds BMC response bytes to every decoder the client runs
 // on them: the system, virtual media and collection documents, task
-// (monitor) bodies, and gofish's error body parser (common.ConstructError,
+// (monitor) bodies, and gofish's error body parser (schemas.ConstructError,
 // which statusOf relies on). None may panic; reads go through the same
 // bound as responses.
 func FuzzDecodeBMC(f *testing.F) {
@@ -44,7 +44,7 @@ func FuzzDecodeBMC(f *testing.F) {
 		_ = decodeBody(body(), &coll)
 		_ = taskFailed(taskState(body()))
 		payload, _ := io.ReadAll(body())
-		err := common.ConstructError(http.StatusServiceUnavailable, payload)
+		err := schemas.ConstructError(http.StatusServiceUnavailable, payload)
 		if statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("status of a 503 error: %d", statusOf(err))
 		}
