@@ -88,6 +88,8 @@ type Options struct {
 	// SessionRequests ends a session after that many requests made with
 	// it (0: never); later requests with its token get 401.
 	SessionRequests int
+	// EjectNeedsBody answers 415 to an EjectMedia POST without a JSON body.
+	EjectNeedsBody bool
 	// AsyncInsert answers InsertMedia (or the PATCH that inserts) with 202
 	// + a task monitor, completing after TaskPolls polls; the media shows
 	// as inserted only then.
@@ -779,6 +781,13 @@ func (e *Emulator) ejectMedia(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, PATCH")
 		writeError(w, http.StatusMethodNotAllowed, "Base.1.0.ActionNotSupported", "VirtualMedia.EjectMedia is not supported; PATCH Inserted false")
 		return
+	}
+	if e.opts.EjectNeedsBody {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusUnsupportedMediaType, "Base.1.0.UnsupportedMediaType", "EjectMedia needs a JSON body ({})")
+			return
+		}
 	}
 	e.mu.Lock()
 	e.media = mediaState{}

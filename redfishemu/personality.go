@@ -65,6 +65,14 @@ var Personalities = []Personality{
 	{Name: "sushy-emulator", Source: "openstack/sushy-tools sushy_tools/emulator/templates/system.json, virtual_media.json",
 		Knobs: Options{Manufacturer: "Sushy Emulator", MediaUnderSystem: true}},
 
+	// HPE iLO 4: the RESTful Interface Tool sample script
+	// Set_One_Time_Boot_Order.bat (HPE ilorest examples) lists the one-time
+	// boot targets of iLO 4 and says "SDCard" and "UefiHttp" work only on
+	// iLO 5; openstack/sushy virtual_media.py eject_media: "Some vendors
+	// like HPE iLO ... needs to pass an empty dict" to EjectMedia.
+	{Name: "hpe-ilo4", Source: "HPE ilorest sample Set_One_Time_Boot_Order.bat (UefiHttp only on iLO 5); openstack/sushy virtual_media.py eject_media (HPE iLO needs a {} body)",
+		Knobs: Options{Manufacturer: "HPE", NoUefiHttp: true, EjectNeedsBody: true}},
+
 	// A BMC without a SessionService: openstack/sushy auth.py
 	// SessionOrBasicAuth falls back to basic auth when no session can be
 	// opened, as the issue asks the driver to do by default.
@@ -144,6 +152,7 @@ func (p Personality) Apply(o *Options) {
 		{&k.RequireOverrideMode, &o.RequireOverrideMode},
 		{&k.NoSessionService, &o.NoSessionService},
 		{&k.AsyncInsert, &o.AsyncInsert},
+		{&k.EjectNeedsBody, &o.EjectNeedsBody},
 	} {
 		*f.to = *f.to || *f.from
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -163,6 +164,22 @@ func errMessage(m map[string]any) string {
 		return s
 	}
 	return ""
+}
+
+// TestPersonalityHPE: iLO 4 has no UefiHttp target and wants a JSON body
+// on EjectMedia.
+func TestPersonalityHPE(t *testing.T) {
+	_, c := newRaw(t, personality(t, "hpe-ilo4"))
+	_, _, sys := c.do("GET", "/redfish/v1/Systems/1", nil)
+	if targets := sys["Boot"].(map[string]any)["BootSourceOverrideTarget@Redfish.AllowableValues"].([]any); slices.Contains(targets, any("UefiHttp")) {
+		t.Errorf("allowable targets %v include UefiHttp", targets)
+	}
+	if code, _, _ := c.do("POST", mgrCD+"/Actions/VirtualMedia.EjectMedia", nil); code != 415 {
+		t.Errorf("EjectMedia without body: %d, want 415", code)
+	}
+	if code, _, _ := c.do("POST", mgrCD+"/Actions/VirtualMedia.EjectMedia", map[string]any{}); code != 204 {
+		t.Errorf("EjectMedia {}: %d, want 204", code)
+	}
 }
 
 // TestPersonalityIfMatch: lenovo-xcc answers 428 to a PATCH without
