@@ -106,6 +106,18 @@ type Options struct {
 	OnNew func(*Emulator)
 }
 
+// CdBootTarget is the boot target of the virtual CD: CdTarget, else
+// "UsbCd" for Supermicro, else "Cd".
+func (o Options) CdBootTarget() string {
+	switch {
+	case o.CdTarget != "":
+		return o.CdTarget
+	case strings.EqualFold(o.Manufacturer, "Supermicro"):
+		return "UsbCd"
+	}
+	return "Cd"
+}
+
 // Emulator is one emulated BMC.
 type Emulator struct {
 	opts     Options
@@ -162,12 +174,7 @@ func New(opts Options) *Emulator {
 		boot:     bootState{Enabled: "Disabled", Target: "None", Mode: "UEFI"},
 		tasks:    map[string]*task{},
 	}
-	if e.opts.CdTarget == "" {
-		e.opts.CdTarget = "Cd"
-		if strings.EqualFold(opts.Manufacturer, "Supermicro") {
-			e.opts.CdTarget = "UsbCd"
-		}
-	}
+	e.opts.CdTarget = opts.CdBootTarget()
 	e.routes()
 	if opts.OnNew != nil {
 		opts.OnNew(e)
