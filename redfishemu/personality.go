@@ -102,6 +102,42 @@ var Personalities = []Personality{
 		Knobs: Options{AsyncReset: true, AsyncInsert: true, TaskPolls: 3}},
 }
 
+// Quirks says briefly how the personality differs from the default
+// emulator, in the order of Options' fields.
+func (p Personality) Quirks() string {
+	k := p.Knobs
+	var q []string
+	for _, c := range []struct {
+		on   bool
+		what string
+	}{
+		{k.RequireIfMatch, "PATCH needs If-Match (428/412)"},
+		{k.OnceAsContinuous, "Once never cleared"},
+		{k.NoContinuous, "no Continuous"},
+		{k.NoUefiHttp, "no UefiHttp"},
+		{k.NoVirtualMedia, "no virtual media"},
+		{k.AsyncReset, "Reset via 202 task"},
+		{k.CdTarget != "" && k.CdTarget != "Cd", k.CdTarget + " instead of Cd"},
+		{k.MediaUnderSystem, "media under Systems/"},
+		{k.MediaPatchOnly, "media PATCH only (no actions)"},
+		{k.InsertNeedsTransfer, "InsertMedia needs TransferProtocolType, TransferMethod"},
+		{k.InsertRejectsOptional, "InsertMedia rejects Inserted/WriteProtected"},
+		{k.RequireOverrideMode, "BootSourceOverrideMode required"},
+		{k.NoSessionService, "no SessionService (basic auth)"},
+		{k.SessionRequests > 0, fmt.Sprintf("sessions expire after %d requests", k.SessionRequests)},
+		{k.EjectNeedsBody, "EjectMedia needs a JSON body"},
+		{k.AsyncInsert, "InsertMedia via 202 task"},
+	} {
+		if c.on {
+			q = append(q, c.what)
+		}
+	}
+	if len(q) == 0 {
+		return "baseline: actions under Managers/, sessions, Continuous"
+	}
+	return strings.Join(q, "; ")
+}
+
 // LookupPersonality returns the preset named name.
 func LookupPersonality(name string) (Personality, error) {
 	i := slices.IndexFunc(Personalities, func(p Personality) bool { return p.Name == name })

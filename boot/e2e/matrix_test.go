@@ -303,10 +303,10 @@ func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p
 // matrixMarkdown is the docs table, from expect.
 func matrixMarkdown() string {
 	var b strings.Builder
-	b.WriteString("| personality | " + strings.Join(matrixMethods, " | ") + " | after NetworkBootOnce |\n")
-	b.WriteString("|---" + strings.Repeat("|---", len(matrixMethods)+1) + "|\n")
+	b.WriteString("| personality | differs by | " + strings.Join(matrixMethods, " | ") + " | after NetworkBootOnce |\n")
+	b.WriteString("|---|---" + strings.Repeat("|---", len(matrixMethods)+1) + "|\n")
 	for _, p := range redfishemu.Personalities {
-		row := []string{"`" + p.Name + "`"}
+		row := []string{"`" + p.Name + "`", p.Quirks()}
 		for _, m := range matrixMethods {
 			o := expect(m, p, boot.NetworkBootOnce)
 			cell := o.String()
