@@ -236,10 +236,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 // basic auth (AuthAuto). Basic auth is checked with one authenticated GET,
 // so bad credentials fail here, not at the first action.
 func (c *Client) login(ctx context.Context, auth Auth) error {
-	var root struct {
-		SessionService member
-		Links          struct{ Sessions member }
-	}
+	var root serviceRoot
 	if _, err := c.get(ctx, "/redfish/v1/", &root); err != nil {
 		return fmt.Errorf("reading service root: %w", err)
 	}
@@ -270,6 +267,20 @@ func (c *Client) login(ctx context.Context, auth Auth) error {
 	return nil
 }
 
+// serviceRoot is what login reads of /redfish/v1/.
+type serviceRoot struct {
+	SessionService member
+	Links          struct{ Sessions member }
+}
+
+// sessionDoc is the body of a created session.
+type sessionDoc struct {
+	ID string `json:"@odata.id"`
+}
+
+// actionInfo is an action's @Redfish.ActionInfo resource.
+type actionInfo struct{ Parameters []struct{ Name string } }
+
 // createSession POSTs the credentials to the Sessions collection and keeps
 // the token and the session's address (for logout).
 func (c *Client) createSession(ctx context.Context) error {
@@ -278,9 +289,7 @@ func (c *Client) createSession(ctx context.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
-	var s struct {
-		ID string `json:"@odata.id"`
-	}
+	var s sessionDoc
 	_ = decodeBody(resp.Body, &s)
 	token := resp.Header.Get("X-Auth-Token")
 	if token == "" {
@@ -351,7 +360,7 @@ type systemDoc struct {
 	Manufacturer  string
 	PowerState    string
 	LastResetTime string
-	Boot         struct {
+	Boot          struct {
 		Enabled        string   `json:"BootSourceOverrideEnabled"`
 		EnabledAllowed []string `json:"BootSourceOverrideEnabled@Redfish.AllowableValues"`
 		Target         string   `json:"BootSourceOverrideTarget"`
@@ -552,7 +561,7 @@ func (c *Client) Media(ctx context.Context) (boot.Media, error) {
 type insertParams struct{ protocol, method bool }
 
 func (p *insertParams) fromActionInfo(ctx context.Context, c *Client, path string) {
-	var ai struct{ Parameters []struct{ Name string } }
+	var ai actionInfo
 	if _, err := c.get(ctx, path, &ai); err != nil {
 		return // optional: the 400 retry still covers a BMC that needs them
 	}
