@@ -58,6 +58,42 @@ type Options struct {
 	// after TaskPolls polls.
 	AsyncReset bool
 	TaskPolls  int
+
+	// The knobs below model how vendors' BMCs differ; Personalities names
+	// the combinations real BMCs show.
+
+	// CdTarget is the boot target of the virtual CD: "Cd" (default) or
+	// "UsbCd". Manufacturer "Supermicro" defaults it to "UsbCd".
+	CdTarget string
+	// MediaUnderSystem serves the virtual media under
+	// Systems/1/VirtualMedia (linked from the system) instead of
+	// Managers/1/VirtualMedia.
+	MediaUnderSystem bool
+	// MediaPatchOnly offers no InsertMedia/EjectMedia actions: a POST to
+	// them is 405, and the media is changed by PATCHing Image, Inserted and
+	// WriteProtected on the VirtualMedia resource.
+	MediaPatchOnly bool
+	// InsertNeedsTransfer refuses InsertMedia without TransferProtocolType
+	// (400 ActionParameterMissing) and then without TransferMethod (400
+	// GeneralError), as sushy's detection of these errors expects.
+	InsertNeedsTransfer bool
+	// InsertRejectsOptional refuses InsertMedia carrying Inserted or
+	// WriteProtected (400 ActionParameterUnknown).
+	InsertRejectsOptional bool
+	// RequireOverrideMode refuses a Boot PATCH that sets the target or
+	// enabled state without BootSourceOverrideMode (400 PropertyMissing).
+	RequireOverrideMode bool
+	// NoSessionService: no SessionService (404); only basic auth works.
+	NoSessionService bool
+	// SessionRequests ends a session after that many requests made with
+	// it (0: never); later requests with its token get 401.
+	SessionRequests int
+	// EjectNeedsBody answers 415 to an EjectMedia POST without a JSON body.
+	EjectNeedsBody bool
+	// AsyncInsert answers InsertMedia (or the PATCH that inserts) with 202
+	// + a task monitor, completing after TaskPolls polls; the media shows
+	// as inserted only then.
+	AsyncInsert bool
 	// OnBoot is called, outside the emulator's lock, whenever the system
 	// boots (power on, restart, power cycle).
 	OnBoot func(BootEvent)
@@ -70,6 +106,18 @@ type Options struct {
 	OnNew func(*Emulator)
 }
 
+// CdBootTarget is the boot target of the virtual CD: CdTarget, else
+// "UsbCd" for Supermicro, else "Cd".
+func (o Options) CdBootTarget() string {
+	switch {
+	case o.CdTarget != "":
+		return o.CdTarget
+	case strings.EqualFold(o.Manufacturer, "Supermicro"):
+		return "UsbCd"
+	}
+	return "Cd"
+}
+
 // Emulator is one emulated BMC.
 type Emulator struct {
 	opts     Options
@@ -79,14 +127,26 @@ type Emulator struct {
 
 	mu       sync.Mutex
 	rng      *mrand.Rand
-	sessions map[string]string // token -> session id
+	sessions map[string]*session // token -> session
 	nextSess int
 	power    string
 	boot     bootState
 	media    mediaState
 	version  int // bumped on every change; the ETag derives from it
 	boots    []BootEvent
-	tasks    map[string]int // task id -> polls left
+	tasks    map[string]*task
+	resets   int // Reset actions received
+}
+
+type session struct {
+	id   string
+	used int
+}
+
+// task is a pending task monitor; done runs (under e.mu) when it completes.
+type task struct {
+	left int
+	done func()
 }
 
 type bootState struct {
@@ -109,11 +169,12 @@ func New(opts Options) *Emulator {
 	e := &Emulator{
 		opts:     opts,
 		rng:      mrand.New(mrand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
-		sessions: map[string]string{},
+		sessions: map[string]*session{},
 		power:    "Off",
 		boot:     bootState{Enabled: "Disabled", Target: "None", Mode: "UEFI"},
-		tasks:    map[string]int{},
+		tasks:    map[string]*task{},
 	}
+	e.opts.CdTarget = opts.CdBootTarget()
 	e.routes()
 	if opts.OnNew != nil {
 		opts.OnNew(e)
@@ -174,15 +235,16 @@ func (e *Emulator) SystemReset() bool {
 	return true
 }
 
-func (e *Emulator) supermicro() bool { return strings.EqualFold(e.opts.Manufacturer, "Supermicro") }
+// Resets counts the Reset actions received (a non-idempotent action a
+// driver must send exactly once per boot).
+func (e *Emulator) Resets() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.resets
+}
 
 func (e *Emulator) allowedTargets() []string {
-	t := []string{"None", "Pxe", "Hdd", "BiosSetup"}
-	if e.supermicro() {
-		t = append(t, "UsbCd")
-	} else {
-		t = append(t, "Cd")
-	}
+	t := []string{"None", "Pxe", "Hdd", "BiosSetup", e.opts.CdTarget}
 	if !e.opts.NoUefiHttp {
 		t = append(t, "UefiHttp")
 	}
@@ -274,20 +336,31 @@ func (e *Emulator) authorized(r *http.Request) bool {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, ok := e.sessions[r.Header.Get("X-Auth-Token")]
-	return ok
+	tok := r.Header.Get("X-Auth-Token")
+	s, ok := e.sessions[tok]
+	if !ok {
+		return false
+	}
+	s.used++
+	if e.opts.SessionRequests > 0 && s.used > e.opts.SessionRequests {
+		delete(e.sessions, tok) // expired: the client must log in again
+		return false
+	}
+	return true
 }
 
 func (e *Emulator) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /redfish/v1", e.serviceRoot)
 	m.HandleFunc("GET /redfish/v1/{$}", e.serviceRoot)
-	m.HandleFunc("GET /redfish/v1/SessionService", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, "", obj{"@odata.id": "/redfish/v1/SessionService", "Id": "SessionService", "Name": "Session Service",
-			"Sessions": link("/redfish/v1/SessionService/Sessions")})
-	})
-	m.HandleFunc("POST /redfish/v1/SessionService/Sessions", e.createSession)
-	m.HandleFunc("DELETE /redfish/v1/SessionService/Sessions/{id}", e.deleteSession)
+	if !e.opts.NoSessionService {
+		m.HandleFunc("GET /redfish/v1/SessionService", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, "", obj{"@odata.id": "/redfish/v1/SessionService", "Id": "SessionService", "Name": "Session Service",
+				"Sessions": link("/redfish/v1/SessionService/Sessions")})
+		})
+		m.HandleFunc("POST /redfish/v1/SessionService/Sessions", e.createSession)
+		m.HandleFunc("DELETE /redfish/v1/SessionService/Sessions/{id}", e.deleteSession)
+	}
 	m.HandleFunc("GET /redfish/v1/Systems", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Systems", "/redfish/v1/Systems/1"))
 	})
@@ -298,18 +371,27 @@ func (e *Emulator) routes() {
 		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Managers", "/redfish/v1/Managers/1"))
 	})
 	m.HandleFunc("GET /redfish/v1/Managers/1", e.getManager)
-	m.HandleFunc("GET /redfish/v1/Managers/1/VirtualMedia", func(w http.ResponseWriter, r *http.Request) {
-		if e.opts.NoVirtualMedia {
-			http.NotFound(w, r)
-			return
-		}
-		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Managers/1/VirtualMedia", "/redfish/v1/Managers/1/VirtualMedia/CD1"))
-	})
-	m.HandleFunc("GET /redfish/v1/Managers/1/VirtualMedia/CD1", e.getMedia)
-	m.HandleFunc("POST /redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia.InsertMedia", e.insertMedia)
-	m.HandleFunc("POST /redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia.EjectMedia", e.ejectMedia)
+	if !e.opts.NoVirtualMedia {
+		coll := e.mediaCollection()
+		m.HandleFunc("GET "+coll, func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, "", collection(coll, coll+"/CD1"))
+		})
+		m.HandleFunc("GET "+coll+"/CD1", e.getMedia)
+		m.HandleFunc("PATCH "+coll+"/CD1", e.patchMedia)
+		m.HandleFunc("POST "+coll+"/CD1/Actions/VirtualMedia.InsertMedia", e.insertMedia)
+		m.HandleFunc("POST "+coll+"/CD1/Actions/VirtualMedia.EjectMedia", e.ejectMedia)
+	}
 	m.HandleFunc("GET /redfish/v1/TaskService/TaskMonitors/{id}", e.taskMonitor)
 	e.mux = m
+}
+
+// mediaCollection is where the virtual media lives: under the manager, or
+// under the system.
+func (e *Emulator) mediaCollection() string {
+	if e.opts.MediaUnderSystem {
+		return "/redfish/v1/Systems/1/VirtualMedia"
+	}
+	return "/redfish/v1/Managers/1/VirtualMedia"
 }
 
 type obj = map[string]any
@@ -325,13 +407,17 @@ func collection(self string, members ...string) obj {
 }
 
 func (e *Emulator) serviceRoot(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, "", obj{
+	body := obj{
 		"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot", "Id": "RootService", "Name": "Root Service",
 		"RedfishVersion": "1.15.0", "Vendor": e.opts.Manufacturer,
 		"Systems": link("/redfish/v1/Systems"), "Managers": link("/redfish/v1/Managers"),
-		"SessionService": link("/redfish/v1/SessionService"),
-		"Links":          obj{"Sessions": link("/redfish/v1/SessionService/Sessions")},
-	})
+		"Links": obj{},
+	}
+	if !e.opts.NoSessionService {
+		body["SessionService"] = link("/redfish/v1/SessionService")
+		body["Links"] = obj{"Sessions": link("/redfish/v1/SessionService/Sessions")}
+	}
+	writeJSON(w, http.StatusOK, "", body)
 }
 
 func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
@@ -348,7 +434,7 @@ func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
 	e.nextSess++
 	id := strconv.Itoa(e.nextSess)
 	tok := newToken()
-	e.sessions[tok] = id
+	e.sessions[tok] = &session{id: id}
 	e.mu.Unlock()
 	loc := "/redfish/v1/SessionService/Sessions/" + id
 	w.Header().Set("X-Auth-Token", tok)
@@ -359,8 +445,8 @@ func (e *Emulator) createSession(w http.ResponseWriter, r *http.Request) {
 func (e *Emulator) deleteSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	e.mu.Lock()
-	for tok, sid := range e.sessions {
-		if sid == id {
+	for tok, s := range e.sessions {
+		if s.id == id {
 			delete(e.sessions, tok)
 		}
 	}
@@ -399,6 +485,9 @@ func (e *Emulator) getSystem(w http.ResponseWriter, r *http.Request) {
 		}},
 		"Links": obj{"ManagedBy": []obj{link("/redfish/v1/Managers/1")}},
 	}
+	if e.opts.MediaUnderSystem && !e.opts.NoVirtualMedia {
+		body["VirtualMedia"] = link(e.mediaCollection())
+	}
 	tag := e.etag()
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, tag, body)
@@ -427,6 +516,11 @@ func (e *Emulator) patchSystem(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Boot == nil {
 		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyMissing", "only Boot can be patched")
+		return
+	}
+	if e.opts.RequireOverrideMode && req.Boot.BootSourceOverrideMode == nil &&
+		(req.Boot.BootSourceOverrideTarget != nil || req.Boot.BootSourceOverrideEnabled != nil) {
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyMissing", "BootSourceOverrideMode is required with BootSourceOverrideTarget/Enabled")
 		return
 	}
 	b := e.boot
@@ -484,6 +578,7 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.mu.Lock()
+	e.resets++
 	var ev *BootEvent
 	poweredOff := false
 	switch req.ResetType {
@@ -511,8 +606,7 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	var task string
 	if e.opts.AsyncReset {
-		task = newToken()[:8]
-		e.tasks[task] = max(e.opts.TaskPolls, 1)
+		task = e.newTaskLocked(nil)
 	}
 	e.mu.Unlock()
 	if ev != nil {
@@ -522,20 +616,38 @@ func (e *Emulator) reset(w http.ResponseWriter, r *http.Request) {
 		e.opts.OnPowerOff()
 	}
 	if task != "" {
-		w.Header().Set("Location", "/redfish/v1/TaskService/TaskMonitors/"+task)
-		writeJSON(w, http.StatusAccepted, "", obj{"TaskState": "Running"})
+		writeTaskAccepted(w, task)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// newTaskLocked starts a task monitor that completes after TaskPolls polls
+// and then runs done (under e.mu); callers hold e.mu.
+func (e *Emulator) newTaskLocked(done func()) string {
+	id := newToken()[:8]
+	e.tasks[id] = &task{left: max(e.opts.TaskPolls, 1), done: done}
+	return id
+}
+
+func writeTaskAccepted(w http.ResponseWriter, id string) {
+	w.Header().Set("Location", "/redfish/v1/TaskService/TaskMonitors/"+id)
+	writeJSON(w, http.StatusAccepted, "", obj{"TaskState": "Running"})
+}
+
 func (e *Emulator) taskMonitor(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	e.mu.Lock()
-	left, ok := e.tasks[id]
+	t, ok := e.tasks[id]
+	left := 0
 	if ok {
-		left--
-		e.tasks[id] = left
+		t.left--
+		left = t.left
+		if left == 0 && t.done != nil {
+			t.done()
+			t.done = nil
+			e.version++
+		}
 	}
 	e.mu.Unlock()
 	switch {
@@ -552,41 +664,108 @@ func (e *Emulator) taskMonitor(w http.ResponseWriter, r *http.Request) {
 func (e *Emulator) getManager(w http.ResponseWriter, r *http.Request) {
 	body := obj{"@odata.id": "/redfish/v1/Managers/1", "@odata.type": "#Manager.v1_17_0.Manager", "Id": "1", "Name": "BMC",
 		"Manufacturer": e.opts.Manufacturer, "ManagerType": "BMC"}
-	if !e.opts.NoVirtualMedia {
-		body["VirtualMedia"] = link("/redfish/v1/Managers/1/VirtualMedia")
+	if !e.opts.NoVirtualMedia && !e.opts.MediaUnderSystem {
+		body["VirtualMedia"] = link(e.mediaCollection())
 	}
 	writeJSON(w, http.StatusOK, "", body)
 }
 
 func (e *Emulator) getMedia(w http.ResponseWriter, r *http.Request) {
-	if e.opts.NoVirtualMedia {
-		http.NotFound(w, r)
-		return
-	}
 	e.mu.Lock()
-	base := "/redfish/v1/Managers/1/VirtualMedia/CD1/Actions/VirtualMedia."
-	body := obj{"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/CD1", "@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "Id": "CD1", "Name": "Virtual CD",
+	self := e.mediaCollection() + "/CD1"
+	body := obj{"@odata.id": self, "@odata.type": "#VirtualMedia.v1_6_0.VirtualMedia", "Id": "CD1", "Name": "Virtual CD",
 		"MediaTypes": []string{"CD", "DVD"}, "Inserted": e.media.Inserted, "Image": e.media.Image, "WriteProtected": e.media.WriteProtected,
-		"ConnectedVia": map[bool]string{true: "URI", false: "NotConnected"}[e.media.Inserted],
-		"Actions":      obj{"#VirtualMedia.InsertMedia": obj{"target": base + "InsertMedia"}, "#VirtualMedia.EjectMedia": obj{"target": base + "EjectMedia"}}}
+		"ConnectedVia": map[bool]string{true: "URI", false: "NotConnected"}[e.media.Inserted]}
+	if !e.opts.MediaPatchOnly {
+		base := self + "/Actions/VirtualMedia."
+		body["Actions"] = obj{"#VirtualMedia.InsertMedia": obj{"target": base + "InsertMedia"}, "#VirtualMedia.EjectMedia": obj{"target": base + "EjectMedia"}}
+	}
 	tag := e.etag()
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, tag, body)
 }
 
+// patchMedia is the Redfish way to change media on a VirtualMedia resource
+// without actions: PATCH Image, Inserted, WriteProtected. Image null or
+// Inserted false ejects (and forgets the image).
+func (e *Emulator) patchMedia(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Image                *string
+		Inserted             *bool
+		WriteProtected       *bool
+		TransferMethod       *string
+		TransferProtocolType *string
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyUnknown", err.Error())
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.checkIfMatch(w, r) {
+		return
+	}
+	m := e.media
+	if req.Image != nil {
+		m.Image = *req.Image
+	}
+	if req.WriteProtected != nil {
+		m.WriteProtected = *req.WriteProtected
+	}
+	if req.Inserted != nil {
+		m.Inserted = *req.Inserted
+	}
+	if m.Image == "" || !m.Inserted { // Image null/"" or Inserted false ejects
+		m = mediaState{}
+	}
+	if m.Inserted && e.media.Inserted && m.Image != e.media.Image && e.opts.InsertRequiresEject {
+		writeError(w, http.StatusConflict, "Base.1.0.ResourceInUse", "media already inserted; eject first")
+		return
+	}
+	if e.opts.AsyncInsert && m.Inserted && !e.media.Inserted {
+		id := e.newTaskLocked(func() { e.media = m })
+		writeTaskAccepted(w, id)
+		return
+	}
+	e.media = m
+	e.version++
+	w.Header().Set("ETag", e.etag())
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (e *Emulator) insertMedia(w http.ResponseWriter, r *http.Request) {
-	if e.opts.NoVirtualMedia {
-		http.NotFound(w, r)
+	if e.opts.MediaPatchOnly {
+		w.Header().Set("Allow", "GET, PATCH")
+		writeError(w, http.StatusMethodNotAllowed, "Base.1.0.ActionNotSupported", "VirtualMedia.InsertMedia is not supported; PATCH Image and Inserted")
 		return
 	}
 	var req struct {
-		Image          string
-		Inserted       *bool
-		WriteProtected *bool
+		Image                string
+		Inserted             *bool
+		WriteProtected       *bool
+		TransferMethod       string
+		TransferProtocolType string
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Image == "" {
 		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterMissing", "Image required")
 		return
+	}
+	if e.opts.InsertRejectsOptional && (req.Inserted != nil || req.WriteProtected != nil) {
+		writeError(w, http.StatusBadRequest, "Base.1.0.ActionParameterUnknown", "InsertMedia does not take Inserted or WriteProtected")
+		return
+	}
+	if e.opts.InsertNeedsTransfer {
+		if req.TransferProtocolType == "" {
+			writeErrorRelated(w, http.StatusBadRequest, "Base.1.0.ActionParameterMissing",
+				"The action InsertMedia requires the parameter TransferProtocolType", "#/TransferProtocolType")
+			return
+		}
+		if req.TransferMethod == "" {
+			writeError(w, http.StatusBadRequest, "Base.1.0.GeneralError", "TransferMethod is required")
+			return
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -594,15 +773,28 @@ func (e *Emulator) insertMedia(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "Base.1.0.ResourceInUse", "media already inserted; eject first")
 		return
 	}
-	e.media = mediaState{Inserted: req.Inserted == nil || *req.Inserted, WriteProtected: req.WriteProtected == nil || *req.WriteProtected, Image: req.Image}
+	m := mediaState{Inserted: req.Inserted == nil || *req.Inserted, WriteProtected: req.WriteProtected == nil || *req.WriteProtected, Image: req.Image}
+	if e.opts.AsyncInsert {
+		writeTaskAccepted(w, e.newTaskLocked(func() { e.media = m }))
+		return
+	}
+	e.media = m
 	e.version++
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (e *Emulator) ejectMedia(w http.ResponseWriter, r *http.Request) {
-	if e.opts.NoVirtualMedia {
-		http.NotFound(w, r)
+	if e.opts.MediaPatchOnly {
+		w.Header().Set("Allow", "GET, PATCH")
+		writeError(w, http.StatusMethodNotAllowed, "Base.1.0.ActionNotSupported", "VirtualMedia.EjectMedia is not supported; PATCH Inserted false")
 		return
+	}
+	if e.opts.EjectNeedsBody {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusUnsupportedMediaType, "Base.1.0.UnsupportedMediaType", "EjectMedia needs a JSON body ({})")
+			return
+		}
 	}
 	e.mu.Lock()
 	e.media = mediaState{}
@@ -622,6 +814,15 @@ func writeJSON(w http.ResponseWriter, code int, etag string, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, id, msg string) {
-	writeJSON(w, code, "", obj{"error": obj{"code": id, "message": msg,
-		"@Message.ExtendedInfo": []obj{{"MessageId": id, "Message": msg}}}})
+	writeErrorRelated(w, code, id, msg)
+}
+
+// writeErrorRelated is a Redfish error whose extended info names the
+// properties it is about (RelatedProperties, JSON pointers).
+func writeErrorRelated(w http.ResponseWriter, code int, id, msg string, related ...string) {
+	info := obj{"MessageId": id, "Message": msg}
+	if len(related) > 0 {
+		info["RelatedProperties"] = related
+	}
+	writeJSON(w, code, "", obj{"error": obj{"code": id, "message": msg, "@Message.ExtendedInfo": []obj{info}}})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -42,11 +43,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer, tiers ...Tier) i
 	fs.BoolVar(&o.NoUefiHttp, "no-uefi-http", false, "no UefiHttp boot target")
 	fs.BoolVar(&o.NoVirtualMedia, "no-virtual-media", false, "no virtual media")
 	fs.BoolVar(&o.AsyncReset, "async-reset", false, "answer Reset with a task monitor")
+	personality := fs.String("personality", "", "vendor behaviour preset: "+strings.Join(PersonalityNames(), ", ")+" (other flags add to it)")
 	for _, t := range tiers {
 		t.Flags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *personality != "" {
+		p, err := LookupPersonality(*personality)
+		if err != nil {
+			fmt.Fprintln(stderr, "redfish-emulator: --personality:", err)
+			return 2
+		}
+		p.Apply(&o)
 	}
 	// The password comes from the environment so it is not in ps output.
 	o.Password = os.Getenv("REDFISHEMU_PASSWORD")
@@ -73,7 +83,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, tiers ...Tier) i
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	fmt.Fprintf(stderr, "redfish emulator on %s\n", *addr)
+	fmt.Fprintf(stderr, "redfish emulator on %s (personality %q)\n", *addr, *personality)
 	var err error
 	if *certFile != "" {
 		err = srv.ListenAndServeTLS(*certFile, *keyFile)
