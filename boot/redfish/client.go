@@ -160,10 +160,10 @@ type Client struct {
 	creds        Credentials
 	auth         Auth          // what Connect settled on: AuthSession or AuthBasic
 	sessionsPath string        // the SessionService's Sessions collection
-	authMu       sync.Mutex    // guards token, sessionPath, relogins
+	authMu       sync.Mutex    // guards token, sessionPath, tokenWorked
 	token        string        // session token (X-Auth-Token)
 	sessionPath  string        // session resource, deleted on Close
-	relogins     int           // re-logins after a 401 so far; at most one
+	tokenWorked  bool          // the current token has had a 2xx answer
 	sem          chan struct{} // bounds concurrent requests: BMCs have few slots
 	retry        Retry
 	taskPoll     time.Duration
@@ -312,8 +312,9 @@ func (c *Client) createSession(ctx context.Context) error {
 }
 
 // relogin opens a new session after a 401 on a request sent with token
-// sent. Only the first 401 of a client re-logs in: an expired session is
-// expected once in a long run, a BMC that keeps rejecting tokens is not.
+// sent. A session that expires after it worked is re-opened, as often as a
+// long run outlives sessions; a token refused before any answer is not (a
+// BMC that rejects fresh tokens would otherwise get a login per request).
 // Concurrent requests that saw the same expired token share one re-login.
 func (c *Client) relogin(ctx context.Context, sent string) bool {
 	c.authMu.Lock()
@@ -321,12 +322,11 @@ func (c *Client) relogin(ctx context.Context, sent string) bool {
 		c.authMu.Unlock()
 		return true // someone re-logged in already
 	}
-	if c.relogins > 0 {
+	if !c.tokenWorked {
 		c.authMu.Unlock()
 		return false
 	}
-	c.relogins++
-	c.token, c.sessionPath = "", ""
+	c.token, c.sessionPath, c.tokenWorked = "", "", false
 	c.authMu.Unlock()
 	return c.createSession(ctx) == nil
 }
@@ -617,8 +617,12 @@ func (c *Client) InsertMedia(ctx context.Context, image string) error {
 	return nil
 }
 
+// insertBody is InsertMedia's body. Inserted and WriteProtected are left
+// out: true is their schema default, and Supermicro X11/X12 answer 400
+// ActionParameterUnknown when they are sent (sushy's virtual_media.py
+// leaves them out for the same reason).
 func (c *Client) insertBody(image string, p insertParams) map[string]any {
-	body := map[string]any{"Image": image, "Inserted": true, "WriteProtected": true}
+	body := map[string]any{"Image": image}
 	if p.protocol {
 		if u, err := url.Parse(image); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
 			body["TransferProtocolType"] = strings.ToUpper(u.Scheme)
@@ -854,7 +858,17 @@ func (c *Client) requestTraced(ctx context.Context, method, path string, body an
 	c.authMu.Unlock()
 	resp, err := c.send(ctx, method, path, body, header, wrote)
 	if statusOf(err) == http.StatusUnauthorized && sent != "" && c.relogin(ctx, sent) {
-		return c.send(ctx, method, path, body, header, wrote)
+		c.authMu.Lock()
+		sent = c.token
+		c.authMu.Unlock()
+		resp, err = c.send(ctx, method, path, body, header, wrote)
+	}
+	if err == nil && sent != "" {
+		c.authMu.Lock()
+		if c.token == sent {
+			c.tokenWorked = true
+		}
+		c.authMu.Unlock()
 	}
 	return resp, err
 }

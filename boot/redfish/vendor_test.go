@@ -38,6 +38,7 @@ type vendorBMC struct {
 	noSessions      bool // no SessionService, no Links.Sessions
 	refuseSessions  int  // status for POST to Sessions (0: create)
 	expireAfter     int  // a session token dies after this many uses (0: never)
+	rejectTokens    bool // every token is refused (a BMC that lost its session store)
 	mediaUnder      string
 	mediaActions    bool
 	needTransfer    bool // InsertMedia 400s without TransferMethod
@@ -113,7 +114,7 @@ func (v *vendorBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if tok := r.Header.Get("X-Auth-Token"); tok != "" {
 		n, ok := v.tokens[tok]
-		if !ok || (v.expireAfter > 0 && n >= v.expireAfter) {
+		if !ok || v.rejectTokens || (v.expireAfter > 0 && n >= v.expireAfter) {
 			fail(401, "session expired")
 			return
 		}
@@ -290,18 +291,29 @@ func TestSessionExpiresMidRun(t *testing.T) {
 	if v.sessionsCreated != 2 {
 		t.Errorf("%d sessions created, want 2 (one re-login)", v.sessionsCreated)
 	}
-	for range 10 {
+	// A long run outlives more sessions: each expiry is one re-login.
+	for i := range 20 {
 		if _, err := c.PowerState(t.Context()); err != nil {
-			if statusOf(err) != http.StatusUnauthorized {
-				t.Errorf("err = %v, want the 401", err)
-			}
-			if v.sessionsCreated != 2 {
-				t.Errorf("%d sessions created, want no second re-login", v.sessionsCreated)
-			}
-			return
+			t.Fatalf("call %d after the first re-login: %v", i, err)
 		}
 	}
-	t.Error("the second session never expired")
+	if v.sessionsCreated < 4 {
+		t.Errorf("%d sessions created, want a re-login per expiry", v.sessionsCreated)
+	}
+	// A BMC that refuses fresh tokens gets one login attempt, not one per
+	// request.
+	v.mu.Lock()
+	v.rejectTokens = true
+	before := v.sessionsCreated
+	v.mu.Unlock()
+	for range 3 {
+		if _, err := c.PowerState(t.Context()); statusOf(err) != http.StatusUnauthorized {
+			t.Fatalf("err = %v, want the 401", err)
+		}
+	}
+	if got := v.sessionsCreated - before; got != 1 {
+		t.Errorf("%d logins after tokens stopped working, want 1", got)
+	}
 }
 
 // TestVirtualMediaByPatch: slots without InsertMedia/EjectMedia, under
