@@ -524,6 +524,13 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string, ready func(net
 	if ready != nil {
 		ready(ln.Addr())
 	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends. Callers that drive a BMC listen first
+// and serve after, so a boot never starts against an address that is not
+// served (or cannot be bound).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := s.httpServer()
 	go func() {
 		<-ctx.Done()

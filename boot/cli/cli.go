@@ -325,8 +325,14 @@ func (o *options) boot(ctx context.Context) error {
 		}
 		srv.Logf = func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }
 		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
+		// Bound before the BMC is driven: a port in use fails here, and
+		// the firmware never asks an address nobody listens on.
+		ln, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			return fmt.Errorf("artifact server: %w", err)
+		}
 		served = make(chan error, 1)
-		go func() { served <- srv.ListenAndServe(serveCtx, o.listen, nil) }()
+		go func() { served <- srv.Serve(serveCtx, ln) }()
 	}
 	// A state that has finished this plan (or network-booted under
 	// NetworkBootOnce) makes Run a no-op; then there is nothing to serve.

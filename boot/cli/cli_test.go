@@ -220,3 +220,31 @@ func TestMethodAutoAndAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestArtifactListenBoundBeforeBoot: an --artifact-listen address that
+// cannot be bound fails the boot before the server is powered or reset
+// (it used to be bound in the background while the BMC was driven).
+func TestArtifactListenBoundBeforeBoot(t *testing.T) {
+	ref := pushUKIImage(t)
+	t.Setenv(redfish.EnvUsername, "admin")
+	t.Setenv(redfish.EnvPassword, "password")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	emu := redfishemu.New(redfishemu.Options{})
+	bmc := httptest.NewServer(emu)
+	defer bmc.Close()
+	code, out, errOut := run(t, "boot", "--bmc", bmc.URL, "--image", ref, "--insecure-registry",
+		"--artifact-listen", taken.Addr().String(), "--cache-dir", filepath.Join(t.TempDir(), "cache"), "--timeout", "20s")
+	if code == ExitOK || !strings.Contains(errOut, "address already in use") {
+		t.Errorf("exit %d, stdout %q stderr %q; want a failure naming the bound address", code, out, errOut)
+	}
+	if r := emu.Resets(); r != 0 {
+		t.Errorf("the BMC got %d resets before the artifact server could listen", r)
+	}
+	if b := emu.Boots(); len(b) != 0 {
+		t.Errorf("the server booted %+v without an artifact server", b)
+	}
+}
