@@ -25,7 +25,7 @@ var bootMarkers = []string{
 	"os-builder: hello from layer",
 	"hello.txt from layer test-hello",
 	"uid=",
-	"Reached target multi-user.target",
+	testutil.MultiUser,
 }
 
 func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {

@@ -29,15 +29,17 @@ func TestLoadRealTestRecipe(t *testing.T) {
 		t.Errorf("Cmdline() = %q", got)
 	}
 	files := r.Files()
-	if len(files) != 1 || files[0].Destination != "/etc/os-builder/hello.txt" || files[0].Layer != "test-hello" {
+	if len(files) != 2 || files[0].Destination != "/etc/os-builder/hello.txt" || files[0].Layer != "test-hello" ||
+		files[1].Destination != "/usr/lib/os-builder/boot-report" {
 		t.Fatalf("Files() = %+v", files)
 	}
 	if _, err := os.Stat(files[0].Source); err != nil || !filepath.IsAbs(files[0].Source) {
 		t.Errorf("file source %q: absolute %v, stat error %v", files[0].Source, filepath.IsAbs(files[0].Source), err)
 	}
 	units := r.Units()
-	if len(units) != 2 || units[0].Name != "os-builder-hello.service" || !units[0].Enable ||
-		units[1].Name != "os-builder-persist-probe.service" || !units[1].Enable {
+	if len(units) != 3 || units[0].Name != "os-builder-hello.service" || !units[0].Enable ||
+		units[1].Name != "os-builder-persist-probe.service" || !units[1].Enable ||
+		units[2].Name != "osb-boot-report.service" || !units[2].Enable {
 		t.Fatalf("Units() = %+v", units)
 	}
 	if got := r.Persist(); !slices.Equal(got, []string{"/var/lib/osb-persist-test"}) {

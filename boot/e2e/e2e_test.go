@@ -32,7 +32,7 @@ import (
 )
 
 // bootMarkers are what every boot of the test recipe prints.
-var bootMarkers = []string{"osb-init: root ready", "os-builder: hello from layer", "Reached target multi-user.target"}
+var bootMarkers = []string{"osb-init: root ready", "os-builder: hello from layer", testutil.MultiUser}
 
 // env is what all boots share: the pushed image and the artifact server.
 type env struct {

@@ -85,7 +85,7 @@ func TestBootMemoryMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	initDone := time.Since(start)
-	if _, err := vm.WaitFor(ctx, "Reached target multi-user.target"); err != nil {
+	if _, err := vm.WaitFor(ctx, testutil.MultiUser); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("TCG boot: init switched root after %v, multi-user.target after %v", initDone.Round(time.Second), time.Since(start).Round(time.Second))

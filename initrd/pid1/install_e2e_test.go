@@ -314,7 +314,7 @@ func TestMemoryModeFromURL(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, f.rootSHA), "", nil)
-		for _, w := range []string{"osb-init: network: eth", "verified", "osb-init: root ready", "osb-probe: boots=1", "Reached target multi-user.target"} {
+		for _, w := range []string{"osb-init: network: eth", "verified", "osb-init: root ready", "osb-probe: boots=1", testutil.MultiUser} {
 			if _, err := vm.WaitFor(ctx, w); err != nil {
 				t.Fatal(err)
 			}

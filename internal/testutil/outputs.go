@@ -27,3 +27,10 @@ func Output(t testing.TB, env string) string {
 	}
 	return dir
 }
+
+// MultiUser is the console line the test image prints once systemd reached
+// multi-user.target (osb-boot-report.service, in the test-hello layer).
+// systemd's own "Reached target" status line is no proof: systemd stops
+// printing status once a getty runs on the serial console, which on a
+// slow boot comes first.
+const MultiUser = "osb-boot-report: reached multi-user.target"
