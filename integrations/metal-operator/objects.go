@@ -58,7 +58,9 @@ type Target struct {
 }
 
 // String never shows the password.
-func (t Target) String() string { return fmt.Sprintf("%s as %s (system %s)", t.Endpoint, t.Username, t.SystemUUID) }
+func (t Target) String() string {
+	return fmt.Sprintf("%s as %s (system %s)", t.Endpoint, t.Username, t.SystemUUID)
+}
 
 // GoString never shows the password either (%#v).
 func (t Target) GoString() string { return t.String() }
