@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"time"
 )
 
@@ -97,11 +96,8 @@ func (d *Driver) runStep(ctx context.Context, bmc BMC, p *Plan, s Step, st *Stat
 		if err != nil {
 			return err
 		}
-		if s.RequireTarget != "" && len(c.AllowedTargets) > 0 && !slices.Contains(c.AllowedTargets, s.RequireTarget) {
-			return fmt.Errorf("%w: BMC (%s) does not allow boot target %s for %s boot (allowed: %v)", ErrCapability, c.Manufacturer, s.RequireTarget, p.Method, c.AllowedTargets)
-		}
-		if s.RequireVirtualMedia && !c.VirtualMediaCD {
-			return fmt.Errorf("%w: BMC (%s) has no virtual media CD slot for %s boot", ErrCapability, c.Manufacturer, p.Method)
+		if err := c.check(s.RequireTarget, s.RequireVirtualMedia); err != nil {
+			return fmt.Errorf("%s boot: %w", p.Method, err)
 		}
 	case StepEjectMedia:
 		if err := bmc.EjectMedia(ctx); err != nil {

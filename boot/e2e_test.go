@@ -286,8 +286,8 @@ func TestBootPaths(t *testing.T) {
 				r.mu.Lock()
 				script := string(r.fetched[r.pxeURL])
 				r.mu.Unlock()
-				kernel := p.Steps[0].Artifacts[0].URL
-				initrd := p.Steps[0].Artifacts[1].URL
+				kernel := p.Steps[1].Artifacts[0].URL
+				initrd := p.Steps[1].Artifacts[1].URL
 				want := "#!ipxe\nkernel " + kernel + " initrd=initrd.img " + img.Cmdine + "\ninitrd " + initrd + "\nboot\n"
 				if script != want {
 					t.Errorf("iPXE script:\n%s\nwant:\n%s", script, want)
@@ -411,17 +411,25 @@ func TestCapabilityRefusals(t *testing.T) {
 		opts   redfishemu.Options
 		want   string
 	}{
-		{"no-uefi-http", osimage.BootUEFIHTTP, redfishemu.Options{NoUefiHttp: true}, "does not allow boot target UefiHttp"},
-		{"no-virtual-media", osimage.BootVirtualMedia, redfishemu.Options{NoVirtualMedia: true}, "has no virtual media CD slot"},
+		{"no-uefi-http", osimage.BootUEFIHTTP, redfishemu.Options{NoUefiHttp: true}, "BMC offers no UefiHttp boot target (allows ["},
+		{"no-virtual-media", osimage.BootVirtualMedia, redfishemu.Options{NoVirtualMedia: true}, "BMC has no CD-capable virtual media slot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			r := newRig(t, img, tc.opts)
 			c := r.connect(ctx)
 			defer c.Close()
-			err := r.driver().Run(ctx, c, r.plan(tc.method, boot.NetworkBootOnce), &boot.State{})
+			d := r.driver()
+			// The capability is checked before any artifact is fetched and
+			// verified (hundreds of MiB for an ISO).
+			var published int
+			d.Publisher = publisherFunc(func(context.Context, []boot.PublishedArtifact, []boot.Script) error { published++; return nil })
+			err := d.Run(ctx, c, r.plan(tc.method, boot.NetworkBootOnce), &boot.State{})
 			if !errors.Is(err, boot.ErrCapability) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if published != 0 {
+				t.Errorf("artifacts published (fetched, verified) before the capability check")
 			}
 			if r.patchHit.Load() != 0 || len(r.emu.Boots()) != 0 {
 				t.Errorf("BMC was changed: %d PATCHes, boots %v", r.patchHit.Load(), r.emu.Boots())
@@ -537,11 +545,11 @@ func TestAdvertiseDiffersFromListen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uki := p.Steps[0].Artifacts[0]
+	uki := p.Steps[1].Artifacts[0]
 	if !strings.HasPrefix(uki.URL, "http://boot.example:8080/prefix/blobs/sha256:") {
 		t.Fatalf("advertised URL = %s", uki.URL)
 	}
-	if err := srv.Publish(ctx, p.Steps[0].Artifacts, nil); err != nil {
+	if err := srv.Publish(ctx, p.Steps[1].Artifacts, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A proxy at the advertised address strips /prefix; we hit the listener.
@@ -562,7 +570,16 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 	reg := newRegistry(b)
 	img := pushImage(b, reg, "os/bench", allKinds(), allMethods(), osimage.BootUEFIHTTP)
 	r := newRig(b, img, redfishemu.Options{})
-	p := r.plan(osimage.BootUEFIHTTP, boot.NetworkBootOnce)
+	r.plan(osimage.BootUEFIHTTP, boot.NetworkBootOnce) // publishes nothing; checks the image resolves
+	rimg, err := remote.Image(img.Ref)
+	if err != nil {
+		b.Fatal(err)
+	}
+	id, err := osimage.ReadIdentity(rimg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := boot.Request{Image: img.Ref.String(), Method: boot.MethodAuto, ArtifactBaseURL: r.artURL}
 	d := &boot.Driver{Publisher: r.art}
 	urls := make([]string, n)
 	emus := make([]*redfishemu.Emulator, n)
@@ -587,6 +604,18 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 					return
 				}
 				defer c.Close()
+				// Auth (session, else basic) and the capability-driven
+				// method choice are part of every boot.
+				caps, err := c.Capabilities(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				p, err := boot.ResolveFor(id, req, &caps)
+				if err != nil {
+					errs <- err
+					return
+				}
 				if err := d.Run(ctx, c, p, &boot.State{}); err != nil {
 					errs <- err
 				}
@@ -605,4 +634,10 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 			b.Fatalf("emulator booted %d times, want %d", len(e.Boots()), b.N)
 		}
 	}
+}
+
+type publisherFunc func(context.Context, []boot.PublishedArtifact, []boot.Script) error
+
+func (f publisherFunc) Publish(ctx context.Context, a []boot.PublishedArtifact, s []boot.Script) error {
+	return f(ctx, a, s)
 }

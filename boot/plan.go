@@ -54,7 +54,10 @@ type Request struct {
 	// Image names the image in the plan and in messages
 	// (e.g. registry/repo@sha256:...).
 	Image string `json:"image,omitempty"`
-	// Method forces a boot method; empty means the image's default.
+	// Method forces a boot method; empty or MethodAuto takes the image's
+	// methods in its order of preference and picks the first the BMC
+	// allows (ResolveFor), or the image's default when the BMC is not
+	// asked (Resolve). A forced method refuses rather than falls back.
 	Method osimage.BootMethod `json:"method,omitempty"`
 	// Policy defaults to NetworkBootOnce.
 	Policy Policy `json:"policy,omitempty"`
@@ -86,6 +89,9 @@ type Install struct {
 	RootURL bool `json:"rootURL,omitempty"`
 }
 
+// MethodAuto asks for capability-driven method choice (the default).
+const MethodAuto osimage.BootMethod = "auto"
+
 // StepKind names a step of a plan.
 type StepKind string
 
@@ -110,7 +116,11 @@ type Plan struct {
 	// Install is set only for a non-default install mode, so plans (and the
 	// digests saved states carry) of plain boots are unchanged.
 	Install *Install `json:"install,omitempty"`
-	Steps   []Step   `json:"steps"`
+	// Choice says why the method was chosen (auto with the BMC's
+	// capabilities known); Notes say how the BMC's limits change the boot.
+	Choice string   `json:"choice,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
+	Steps  []Step   `json:"steps"`
 }
 
 // Step is one action of a plan. Only the fields of its kind are set.
@@ -153,8 +163,137 @@ type Script struct {
 
 // Resolve builds the plan for booting an image from its boot identity (read
 // with osimage.ReadIdentity). Every check that needs only the image and the
-// request happens here, before any BMC call.
+// request happens here, before any BMC call. Without the BMC's capabilities
+// an auto method is the image's default; ResolveFor chooses by them.
 func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
+	return ResolveFor(id, req, nil)
+}
+
+// ResolveFor is Resolve knowing what the BMC offers (Capabilities, read
+// before any artifact is fetched): an auto method becomes the first of the
+// image's methods, in its order of preference, the BMC allows; a forced
+// method the BMC cannot do is refused naming the missing capability.
+func ResolveFor(id *osimage.BootIdentity, req Request, caps *Capabilities) (*Plan, error) {
+	if id == nil {
+		return nil, fmt.Errorf("%w: no image identity", ErrPlan)
+	}
+	if caps == nil || (req.Method != "" && req.Method != MethodAuto) {
+		p, err := resolve(id, req)
+		if err != nil || caps == nil {
+			return p, err
+		}
+		if err := caps.Offers(p.Method); err != nil {
+			return nil, fmt.Errorf("method %s: %w", p.Method, err)
+		}
+		p.Notes = caps.notes(p)
+		return p, nil
+	}
+	var offered []osimage.BootMethod
+	var why []string
+	for _, m := range preference(id, req) {
+		r := req
+		r.Method = m
+		p, err := resolve(id, r)
+		if err != nil {
+			continue // the image (or install mode) cannot boot this way
+		}
+		offered = append(offered, m)
+		if err := caps.Offers(m); err != nil {
+			why = append(why, fmt.Sprintf("%s: %s", m, strings.TrimPrefix(err.Error(), ErrCapability.Error()+": ")))
+			continue
+		}
+		if m == offered[0] {
+			p.Choice = fmt.Sprintf("image's first choice; BMC allows %s", caps.allows())
+		} else {
+			p.Choice = fmt.Sprintf("image prefers %s; BMC allows %s", offered[0], caps.allows())
+		}
+		p.Notes = caps.notes(p)
+		return p, nil
+	}
+	if len(offered) == 0 {
+		return resolve(id, req) // the image-side error, as without the BMC
+	}
+	return nil, fmt.Errorf("%w: no boot method fits: the image offers %v, the BMC allows %s (%s)", ErrCapability, offered, caps.allows(), strings.Join(why, "; "))
+}
+
+// preference is the image's methods in its order of preference: its
+// default, then the rest as declared. Disk boot only when it is the default:
+// booting what is installed is no substitute for a network boot.
+func preference(id *osimage.BootIdentity, req Request) []osimage.BootMethod {
+	if req.Install.Mode == osimage.InstallDisk || req.Install.RootURL {
+		return []osimage.BootMethod{osimage.BootPXE}
+	}
+	ms := []osimage.BootMethod{}
+	if id.Default != "" {
+		ms = append(ms, id.Default)
+	}
+	for _, m := range id.Methods {
+		if !slices.Contains(ms, m) && m != osimage.BootDisk {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+// targetOf is the boot target a method needs.
+func targetOf(m osimage.BootMethod) string {
+	switch m {
+	case osimage.BootUEFIHTTP:
+		return TargetUefiHttp
+	case osimage.BootPXE:
+		return TargetPxe
+	case osimage.BootVirtualMedia:
+		return TargetCd
+	case osimage.BootDisk:
+		return TargetHdd
+	}
+	return ""
+}
+
+// Offers says whether the BMC can boot by method m; the error names the
+// missing capability.
+func (c *Capabilities) Offers(m osimage.BootMethod) error {
+	return c.check(targetOf(m), m == osimage.BootVirtualMedia)
+}
+
+func (c *Capabilities) check(target string, virtualMedia bool) error {
+	if target != "" && len(c.AllowedTargets) > 0 && !slices.Contains(c.AllowedTargets, target) {
+		return fmt.Errorf("%w: BMC offers no %s boot target (allows %s)", ErrCapability, target, c.allows())
+	}
+	if virtualMedia && !c.VirtualMediaCD {
+		return fmt.Errorf("%w: BMC has no CD-capable virtual media slot", ErrCapability)
+	}
+	return nil
+}
+
+func (c *Capabilities) allows() string {
+	if len(c.AllowedTargets) == 0 {
+		return "any target (no AllowableValues)"
+	}
+	var ts []string
+	for _, t := range c.AllowedTargets {
+		if t != TargetNone {
+			ts = append(ts, t)
+		}
+	}
+	return "[" + strings.Join(ts, " ") + "]"
+}
+
+// notes say how the BMC's limits change the plan.
+func (c *Capabilities) notes(p *Plan) []string {
+	if c.ContinuousSupported || p.Policy == None {
+		return nil
+	}
+	if p.Policy == NetworkBootAlways {
+		return []string{"BMC does not support Continuous: each run re-applies the Once override before the boot"}
+	}
+	if p.Method != osimage.BootDisk {
+		return []string{"BMC does not support Continuous: after the boot the override is cleared (Disabled), later boots follow the BIOS boot order"}
+	}
+	return nil
+}
+
+func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	if id == nil {
 		return nil, fmt.Errorf("%w: no image identity", ErrPlan)
 	}
@@ -170,6 +309,9 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 		return nil, err
 	}
 	method := req.Method
+	if method == MethodAuto {
+		method = ""
+	}
 	if method == "" && inst != nil {
 		method = osimage.BootPXE
 	}
@@ -219,29 +361,29 @@ func Resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 		uki := publish(base, id, osimage.KindUKI)
 		once.Target, once.HTTPBootURI = TargetUefiHttp, uki.URL
 		p.Steps = append(p.Steps,
-			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{uki}},
-			Step{Kind: StepCheckCapability, RequireTarget: TargetUefiHttp})
+			Step{Kind: StepCheckCapability, RequireTarget: TargetUefiHttp},
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{uki}})
 	case osimage.BootPXE:
 		if inst != nil {
 			arts, script := installerBoot(base, id, inst)
 			once.Target = TargetPxe
 			p.Steps = append(p.Steps,
-				Step{Kind: StepPublishArtifacts, Artifacts: arts, Scripts: []Script{script}},
-				Step{Kind: StepCheckCapability, RequireTarget: TargetPxe})
+				Step{Kind: StepCheckCapability, RequireTarget: TargetPxe},
+				Step{Kind: StepPublishArtifacts, Artifacts: arts, Scripts: []Script{script}})
 			break
 		}
 		kernel, initrd := publish(base, id, osimage.KindKernel), publish(base, id, osimage.KindInitrd)
 		script := IPXEScript(base, kernel, initrd, id.Cmdline)
 		once.Target = TargetPxe
 		p.Steps = append(p.Steps,
-			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{kernel, initrd}, Scripts: []Script{script}},
-			Step{Kind: StepCheckCapability, RequireTarget: TargetPxe})
+			Step{Kind: StepCheckCapability, RequireTarget: TargetPxe},
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{kernel, initrd}, Scripts: []Script{script}})
 	case osimage.BootVirtualMedia:
 		iso := publish(base, id, osimage.KindISO)
 		once.Target = TargetCd
 		p.Steps = append(p.Steps,
-			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{iso}},
 			Step{Kind: StepCheckCapability, RequireTarget: TargetCd, RequireVirtualMedia: true},
+			Step{Kind: StepPublishArtifacts, Artifacts: []PublishedArtifact{iso}},
 			Step{Kind: StepEjectMedia},
 			Step{Kind: StepInsertMedia, MediaImage: iso.URL},
 			Step{Kind: StepWaitMedia, MediaImage: iso.URL})
@@ -396,7 +538,14 @@ func IPXEScript(base *url.URL, kernel, initrd PublishedArtifact, cmdline string)
 // WriteText prints the plan for humans (dry run).
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "image:  %s\nmethod: %s\npolicy: %s\n", p.Image, p.Method, p.Policy)
+	fmt.Fprintf(&b, "image:  %s\nmethod: %s", p.Image, p.Method)
+	if p.Choice != "" {
+		fmt.Fprintf(&b, " (%s)", p.Choice)
+	}
+	fmt.Fprintf(&b, "\npolicy: %s\n", p.Policy)
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "note:   %s\n", n)
+	}
 	if p.Install != nil {
 		fmt.Fprintf(&b, "install: %s\n", p.Install)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/stmcginnis/gofish"
-	"github.com/stmcginnis/gofish/redfish"
+	"github.com/stmcginnis/gofish/schemas"
 )
 
 func connect(t *testing.T, e *Emulator, basic bool) *gofish.APIClient {
@@ -24,7 +24,7 @@ func connect(t *testing.T, e *Emulator, basic bool) *gofish.APIClient {
 	return c
 }
 
-func system(t *testing.T, c *gofish.APIClient) *redfish.ComputerSystem {
+func system(t *testing.T, c *gofish.APIClient) *schemas.ComputerSystem {
 	t.Helper()
 	ss, err := c.Service.Systems()
 	if err != nil || len(ss) != 1 {
@@ -41,18 +41,18 @@ func TestOnceSemantics(t *testing.T) {
 		e := New(Options{OnBoot: func(ev BootEvent) { events = append(events, ev) }})
 		c := connect(t, e, basic)
 		sys := system(t, c)
-		if err := sys.SetBoot(redfish.Boot{BootSourceOverrideTarget: redfish.UefiHTTPBootSourceOverrideTarget,
-			BootSourceOverrideEnabled: redfish.OnceBootSourceOverrideEnabled, HTTPBootURI: "http://a/uki.efi"}); err != nil {
+		if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: schemas.UefiHTTPBootSource,
+			BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled, HTTPBootURI: "http://a/uki.efi"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := sys.Reset(redfish.OnResetType); err != nil {
+		if _, err := sys.Reset(schemas.OnResetType); err != nil {
 			t.Fatal(err)
 		}
 		sys = system(t, c)
-		if sys.Boot.BootSourceOverrideEnabled != redfish.DisabledBootSourceOverrideEnabled || sys.PowerState != "On" {
+		if sys.Boot.BootSourceOverrideEnabled != schemas.DisabledBootSourceOverrideEnabled || sys.PowerState != "On" {
 			t.Errorf("after boot: %+v %s", sys.Boot, sys.PowerState)
 		}
-		if err := sys.Reset(redfish.ForceRestartResetType); err != nil {
+		if _, err := sys.Reset(schemas.ForceRestartResetType); err != nil {
 			t.Fatal(err)
 		}
 		want := []BootEvent{{Target: "UefiHttp", HTTPBootURI: "http://a/uki.efi"}, {Target: "Hdd"}}
@@ -74,16 +74,21 @@ func TestVirtualMedia(t *testing.T) {
 		t.Fatalf("virtual media: %v", err)
 	}
 	vm := vms[0]
-	if err := vm.InsertMedia("http://a/image.iso", true, true); err != nil {
+	yes := true
+	insert := func(image string) error {
+		_, err := vm.InsertMedia(&schemas.VirtualMediaInsertMediaParameters{Image: image, Inserted: &yes, WriteProtected: &yes})
+		return err
+	}
+	if err := insert("http://a/image.iso"); err != nil {
 		t.Fatal(err)
 	}
-	if err := vm.InsertMedia("http://a/other.iso", true, true); err == nil {
+	if err := insert("http://a/other.iso"); err == nil {
 		t.Error("second insert without eject accepted")
 	}
-	if err := vm.EjectMedia(); err != nil {
+	if _, err := vm.EjectMedia(); err != nil {
 		t.Fatal(err)
 	}
-	if err := vm.InsertMedia("http://a/other.iso", true, true); err != nil {
+	if err := insert("http://a/other.iso"); err != nil {
 		t.Fatal(err)
 	}
 	if s := e.State(); !s.MediaInserted || s.MediaImage != "http://a/other.iso" || !s.MediaWriteProtected {
@@ -149,10 +154,10 @@ func TestQuirks(t *testing.T) {
 	if sys.Manufacturer != "Supermicro" {
 		t.Errorf("manufacturer %q", sys.Manufacturer)
 	}
-	if err := sys.SetBoot(redfish.Boot{BootSourceOverrideTarget: "UsbCd", BootSourceOverrideEnabled: "Once"}); err != nil {
+	if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: "UsbCd", BootSourceOverrideEnabled: "Once"}); err != nil {
 		t.Errorf("UsbCd refused: %v", err)
 	}
-	if err := sys.SetBoot(redfish.Boot{BootSourceOverrideTarget: redfish.UefiHTTPBootSourceOverrideTarget}); err == nil {
+	if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: schemas.UefiHTTPBootSource}); err == nil {
 		t.Error("UefiHttp accepted without support")
 	}
 	ms, _ := c.Service.Managers()
@@ -186,8 +191,8 @@ func TestPowerHooks(t *testing.T) {
 		OnPowerOff: func() { events = append(events, "off") },
 	})
 	sys := system(t, connect(t, e, false))
-	for _, rt := range []redfish.ResetType{redfish.OnResetType, redfish.ForceRestartResetType, redfish.ForceOffResetType, redfish.ForceOffResetType} {
-		if err := sys.Reset(rt); err != nil {
+	for _, rt := range []schemas.ResetType{schemas.OnResetType, schemas.ForceRestartResetType, schemas.ForceOffResetType, schemas.ForceOffResetType} {
+		if _, err := sys.Reset(rt); err != nil {
 			t.Fatalf("%s: %v", rt, err)
 		}
 	}
@@ -209,17 +214,17 @@ func TestSystemReset(t *testing.T) {
 		t.Fatalf("a system that is off reset itself: %+v", events)
 	}
 	sys := system(t, connect(t, e, true))
-	if err := sys.SetBoot(redfish.Boot{BootSourceOverrideTarget: redfish.PxeBootSourceOverrideTarget,
-		BootSourceOverrideEnabled: redfish.OnceBootSourceOverrideEnabled}); err != nil {
+	if err := sys.SetBoot(&schemas.Boot{BootSourceOverrideTarget: schemas.PxeBootSource,
+		BootSourceOverrideEnabled: schemas.OnceBootSourceOverrideEnabled}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sys.Reset(redfish.OnResetType); err != nil {
+	if _, err := sys.Reset(schemas.OnResetType); err != nil {
 		t.Fatal(err)
 	}
 	if !e.SystemReset() {
 		t.Fatal("SystemReset of a running system did not boot")
 	}
-	if err := sys.Reset(redfish.ForceOffResetType); err != nil {
+	if _, err := sys.Reset(schemas.ForceOffResetType); err != nil {
 		t.Fatal(err)
 	}
 	if e.SystemReset() {

@@ -38,6 +38,7 @@ type usageError struct{ error }
 
 type options struct {
 	bmc, image, method, policy      string
+	auth                            string
 	install, installTarget          string
 	installWipe, rootURL            bool
 	listen, advertise, cacheDir     string
@@ -60,7 +61,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.bmc, "bmc", "", "BMC Redfish endpoint (https://bmc.example)")
 	pf.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
-	pf.StringVar(&o.method, "method", "", "force a boot method the image supports: uefi-http, pxe, virtual-media, disk")
+	pf.StringVar(&o.method, "method", string(boot.MethodAuto), "auto: the image's first method the BMC allows; or force one (refused, not replaced, if the BMC cannot): uefi-http, pxe, virtual-media, disk")
 	pf.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
 	pf.StringVar(&o.install, "install", "", "install mode: memory (default: run from RAM) or disk (write the image to --install-target, then boot it); boots via pxe")
 	pf.StringVar(&o.installTarget, "install-target", "", "target disk selector for --install disk: by-id:ID, serial:S, path:/dev/NAME, size:MIN-MAX")
@@ -74,7 +75,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf.BoolVar(&o.jsonOut, "json", false, "print JSON")
 	pf.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
 	pf.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
-	pf.BoolVar(&o.basicAuth, "basic-auth", false, "use HTTP basic auth instead of a Redfish session")
+	pf.StringVar(&o.auth, "auth", string(redfish.AuthAuto), "BMC auth: auto (a Redfish session, else basic auth where the BMC has no session service or refuses sessions), session or basic")
+	pf.BoolVar(&o.basicAuth, "basic-auth", false, "same as --auth basic")
 	pf.DurationVar(&o.timeout, "timeout", 0, "overall timeout of the command, BMC calls and task monitors included (default 30m for boot, 2m otherwise)")
 	pf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
 	pf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
@@ -173,7 +175,17 @@ func (o *options) advertiseURL() (string, error) {
 	return "http://" + net.JoinHostPort(host, port), nil
 }
 
-func (o *options) resolve(ctx context.Context) (*boot.Plan, name.Reference, error) {
+// resolved is an image's identity and the request for it: enough to plan
+// once the BMC's capabilities are known.
+type resolved struct {
+	id  *osimage.BootIdentity
+	req boot.Request
+	ref name.Reference
+}
+
+// resolve reads the image and plans without the BMC: every image-side
+// mismatch surfaces here, before any BMC call.
+func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 	if err := o.need("image"); err != nil {
 		return nil, nil, err
 	}
@@ -196,20 +208,46 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, name.Reference, erro
 	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
 		Install: boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL}}
 	fetches := o.rootURL || req.Install.Mode == osimage.InstallDisk
-	network := req.Method != osimage.BootDisk && (req.Method != "" || id.Default != osimage.BootDisk || fetches)
-	if req.Policy != boot.None && network {
-		if req.ArtifactBaseURL, err = o.advertiseURL(); err != nil {
+	auto := req.Method == "" || req.Method == boot.MethodAuto
+	network := req.Method != osimage.BootDisk && (!auto || id.Default != osimage.BootDisk || fetches)
+	if req.Policy != boot.None && req.Method != osimage.BootDisk {
+		base, err := o.advertiseURL()
+		if err != nil && network {
 			return nil, nil, err
 		}
+		// Auto on a disk-default image may still pick a network method
+		// on a BMC without Hdd: then the URL is needed, if there is one.
+		req.ArtifactBaseURL = base
 	}
 	p, err := boot.Resolve(id, req)
-	return p, ref, err
+	return p, &resolved{id: id, req: req, ref: ref}, err
+}
+
+// forBMC re-plans with what the BMC offers: auto chooses by it, a forced
+// method the BMC cannot do is refused, both before any artifact is fetched.
+func (o *options) forBMC(ctx context.Context, r *resolved, bmc boot.BMC) (*boot.Plan, error) {
+	caps, err := bmc.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return boot.ResolveFor(r.id, r.req, &caps)
 }
 
 func (o *options) plan(ctx context.Context) error {
-	p, _, err := o.resolve(ctx)
+	p, r, err := o.resolve(ctx)
 	if err != nil {
 		return err
+	}
+	if o.bmc != "" {
+		// With a BMC the plan is the one boot would run: read-only calls.
+		bmc, err := o.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer bmc.Close()
+		if p, err = o.forBMC(ctx, r, bmc); err != nil {
+			return err
+		}
 	}
 	if o.jsonOut {
 		return o.printJSON(p)
@@ -231,14 +269,24 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	return redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, BasicAuth: o.basicAuth})
+	auth, err := redfish.ParseAuth(o.auth)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--auth: %w", err)}
+	}
+	if o.basicAuth {
+		auth = redfish.AuthBasic
+	}
+	return redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth})
 }
 
 func (o *options) boot(ctx context.Context) error {
 	// Resolve before touching the BMC: a mismatch never costs a BMC call.
-	p, ref, err := o.resolve(ctx)
+	_, r, err := o.resolve(ctx)
 	if err != nil {
 		return err
+	}
+	if _, err := redfish.ParseAuth(o.auth); err != nil {
+		return usageError{fmt.Errorf("--auth: %w", err)}
 	}
 	st := &boot.State{}
 	if o.stateFile != "" {
@@ -250,6 +298,22 @@ func (o *options) boot(ctx context.Context) error {
 	if o.stateFile != "" {
 		d.Persist = func(s *boot.State) error { return boot.SaveState(o.stateFile, s) }
 	}
+	bmc, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer bmc.Close()
+	p, err := o.forBMC(ctx, r, bmc)
+	if err != nil {
+		return err
+	}
+	if p.Choice != "" {
+		fmt.Fprintf(o.stderr, "method %s (%s)\n", p.Method, p.Choice)
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintln(o.stderr, "note:", n)
+	}
+	ref := r.ref
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	var served chan error
@@ -264,11 +328,6 @@ func (o *options) boot(ctx context.Context) error {
 		served = make(chan error, 1)
 		go func() { served <- srv.ListenAndServe(serveCtx, o.listen, nil) }()
 	}
-	bmc, err := o.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer bmc.Close()
 	// A state that has finished this plan (or network-booted under
 	// NetworkBootOnce) makes Run a no-op; then there is nothing to serve.
 	finished := st.PlanDigest == p.Digest() && st.Done >= len(p.Steps) && p.Policy != boot.NetworkBootAlways

@@ -182,3 +182,41 @@ func TestTimeoutBoundsBMCCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestMethodAutoAndAuth: --method auto (the default) chooses by what the BMC
+// allows and says why; nothing fitting, or a forced method the BMC cannot
+// do, exits 3 naming the missing capability; --auth is checked.
+func TestMethodAutoAndAuth(t *testing.T) {
+	ref := pushUKIImage(t)
+	t.Setenv(redfish.EnvUsername, "admin")
+	t.Setenv(redfish.EnvPassword, "password")
+	full := httptest.NewServer(redfishemu.New(redfishemu.Options{}))
+	defer full.Close()
+	noHTTP := httptest.NewServer(redfishemu.New(redfishemu.Options{NoUefiHttp: true}))
+	defer noHTTP.Close()
+	common := []string{"--image", ref, "--insecure-registry", "--artifact-advertise", "http://10.0.0.5:8080"}
+	tests := []struct {
+		name     string
+		args     []string
+		want     int
+		contains string
+	}{
+		{"auto first choice", []string{"plan", "--bmc", full.URL}, ExitOK, "method: uefi-http (image's first choice; BMC allows ["},
+		{"auto nothing fits", []string{"plan", "--bmc", noHTTP.URL}, ExitMismatch,
+			"no boot method fits: the image offers [uefi-http], the BMC allows ["},
+		{"auto nothing fits names the capability", []string{"plan", "--bmc", noHTTP.URL, "--method", "auto"}, ExitMismatch,
+			"(uefi-http: BMC offers no UefiHttp boot target (allows ["},
+		{"forced refuses", []string{"boot", "--bmc", noHTTP.URL, "--method", "uefi-http"}, ExitMismatch,
+			"method uefi-http: BMC capability: BMC offers no UefiHttp boot target (allows ["},
+		{"auth basic", []string{"plan", "--bmc", full.URL, "--auth", "basic"}, ExitOK, "method: uefi-http"},
+		{"basic-auth alias", []string{"plan", "--bmc", full.URL, "--basic-auth"}, ExitOK, "method: uefi-http"},
+		{"auth session", []string{"plan", "--bmc", full.URL, "--auth", "session"}, ExitOK, "method: uefi-http"},
+		{"auth unknown", []string{"plan", "--bmc", full.URL, "--auth", "kerberos"}, ExitUsage, `unknown auth "kerberos"`},
+	}
+	for _, tc := range tests {
+		code, out, errOut := run(t, append(tc.args, common...)...)
+		if code != tc.want || !strings.Contains(errOut+out, tc.contains) {
+			t.Errorf("%s: exit %d, want %d containing %q; stdout %q stderr %q", tc.name, code, tc.want, tc.contains, out, errOut)
+		}
+	}
+}

@@ -310,7 +310,7 @@ func TestQEMUInstall(t *testing.T) {
 	if p.Method != osimage.BootPXE {
 		t.Fatalf("install plan boots via %s, want pxe", p.Method)
 	}
-	b.machine.SetPXEBootFile(p.Steps[0].Scripts[0].URL)
+	b.machine.SetPXEBootFile(p.Steps[1].Scripts[0].URL)
 	st := &boot.State{}
 	drive := func() {
 		t.Helper()

@@ -1,12 +1,13 @@
-// Package redfish is the boot driver's BMC client over Redfish, built on
-// gofish: session auth with logout on Close, TLS verification on by default,
-// minimal PATCH bodies with If-Match, bounded retries with backoff and jitter,
-// task monitor following, and a small vendor quirks table. *Client
-// implements boot.BMC.
+// Package redfish is the boot driver's BMC client over Redfish: session auth
+// (else basic, as Ironic does) with one re-login on an expired session and
+// logout on Close, TLS verification on by default, minimal PATCH bodies with
+// If-Match, bounded retries with backoff and jitter (non-idempotent actions
+// only when the request provably never reached the BMC), task monitor
+// following, virtual media by action or PATCH, and a small vendor quirks
+// table. *Client implements boot.BMC.
 //
-// Every call is bounded by its context, down to each HTTP request: gofish
-// (v0.20) binds all requests to the one context given at connect, so the
-// client opens the session with gofish and sends its own requests.
+// Every call is bounded by its context, down to each HTTP request, so the
+// client sends its own requests; gofish supplies the error type.
 package redfish
 
 import (
@@ -19,14 +20,16 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/stmcginnis/gofish"
-	"github.com/stmcginnis/gofish/common"
+	"github.com/stmcginnis/gofish/schemas"
 
 	"github.com/ironcore-dev/os-builder/boot"
 )
@@ -86,7 +89,9 @@ type Config struct {
 	Credentials Credentials
 	// InsecureSkipVerify turns TLS verification off (labs only).
 	InsecureSkipVerify bool
-	// BasicAuth uses HTTP basic auth instead of a session.
+	// Auth is AuthAuto (default), AuthSession or AuthBasic.
+	Auth Auth
+	// BasicAuth is the older spelling of Auth: AuthBasic.
 	BasicAuth bool
 	// SystemID picks a system by Id; default: the first.
 	SystemID string
@@ -121,13 +126,43 @@ func (k keepAlive) RoundTrip(req *http.Request) (*http.Response, error) {
 	return k.next.RoundTrip(req)
 }
 
+// Auth says how the client authenticates.
+type Auth string
+
+const (
+	// AuthAuto opens a session where the service offers one and falls
+	// back to basic auth where it has no session service or refuses to
+	// create a session (404, 405, 501, 400, 401, 403), as Ironic's
+	// client does.
+	AuthAuto Auth = "auto"
+	// AuthSession requires a session (X-Auth-Token).
+	AuthSession Auth = "session"
+	// AuthBasic sends HTTP basic auth with every request.
+	AuthBasic Auth = "basic"
+)
+
+// ParseAuth reads auto, session or basic ("" is auto).
+func ParseAuth(s string) (Auth, error) {
+	switch a := Auth(s); a {
+	case "":
+		return AuthAuto, nil
+	case AuthAuto, AuthSession, AuthBasic:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown auth %q (want auto, session or basic)", s)
+}
+
 // Client is a connected BMC.
 type Client struct {
 	endpoint     string
 	hc           *http.Client
-	basicAuth    *Credentials  // set with Config.BasicAuth
+	creds        Credentials
+	auth         Auth          // what Connect settled on: AuthSession or AuthBasic
+	sessionsPath string        // the SessionService's Sessions collection
+	authMu       sync.Mutex    // guards token, sessionPath, relogins
 	token        string        // session token (X-Auth-Token)
 	sessionPath  string        // session resource, deleted on Close
+	relogins     int           // re-logins after a 401 so far; at most one
 	sem          chan struct{} // bounds concurrent requests: BMCs have few slots
 	retry        Retry
 	taskPoll     time.Duration
@@ -135,8 +170,9 @@ type Client struct {
 	systemPath   string
 	managerPath  string
 	mediaPath    string // "" when there is no CD-capable virtual media
-	insertTarget string
+	insertTarget string // "" when the slot has no actions: PATCH instead
 	ejectTarget  string
+	insertParams insertParams
 	resetTarget  string
 	manufacturer string
 	quirks       Quirks
@@ -178,27 +214,15 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		hc = &http.Client{Transport: keepAlive{t}, Timeout: 60 * time.Second}
 	}
 	c.hc = &http.Client{Transport: boundedBody{hc.Transport}, Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: hc.CheckRedirect}
+	c.creds = cfg.Credentials
+	auth := cfg.Auth
 	if cfg.BasicAuth {
-		creds := cfg.Credentials
-		c.basicAuth = &creds
+		auth = AuthBasic
 	}
-	gcfg := gofish.ClientConfig{
-		Endpoint: c.endpoint, Username: cfg.Credentials.Username, Password: cfg.Credentials.Password,
-		BasicAuth: cfg.BasicAuth, HTTPClient: c.hc, ReuseConnections: true, MaxConcurrentRequests: 2,
+	if auth, err = ParseAuth(string(auth)); err != nil {
+		return nil, err
 	}
-	err = c.do(ctx, "connect", func() error {
-		// gofish opens the session, bound to this call's context; the
-		// client does not use gofish's requests afterwards.
-		api, err := gofish.ConnectContext(ctx, gcfg)
-		if err != nil {
-			return err
-		}
-		if s, err := api.GetSession(); err == nil {
-			c.token, c.sessionPath = s.Token, s.ID
-		}
-		return nil
-	})
-	if err != nil {
+	if err := c.login(ctx, auth); err != nil {
 		return nil, fmt.Errorf("connecting to BMC %s: %w", u.Host, err)
 	}
 	if err := c.discover(ctx, cfg.SystemID); err != nil {
@@ -208,15 +232,114 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// login settles the auth: a session where asked for or offered, else
+// basic auth (AuthAuto). Basic auth is checked with one authenticated GET,
+// so bad credentials fail here, not at the first action.
+func (c *Client) login(ctx context.Context, auth Auth) error {
+	var root serviceRoot
+	if _, err := c.get(ctx, "/redfish/v1/", &root); err != nil {
+		return fmt.Errorf("reading service root: %w", err)
+	}
+	c.sessionsPath = root.Links.Sessions.ID
+	if c.sessionsPath == "" && root.SessionService.ID != "" {
+		c.sessionsPath = strings.TrimSuffix(root.SessionService.ID, "/") + "/Sessions"
+	}
+	if auth != AuthBasic {
+		if c.sessionsPath == "" {
+			if auth == AuthSession {
+				return fmt.Errorf("%w: --auth session: the service root has no SessionService or Links.Sessions", boot.ErrCapability)
+			}
+		} else {
+			err := c.do(ctx, "create session", func() error { return c.createSession(ctx) })
+			switch s := statusOf(err); {
+			case err == nil:
+				c.auth = AuthSession
+				return nil
+			case auth == AuthSession || !slices.Contains([]int{400, 401, 403, 404, 405, 501}, s):
+				return fmt.Errorf("creating session: %w", err)
+			}
+		}
+	}
+	c.auth = AuthBasic
+	if _, err := c.get(ctx, "/redfish/v1/Systems", &struct{}{}); err != nil {
+		return fmt.Errorf("basic auth: %w", err)
+	}
+	return nil
+}
+
+// serviceRoot is what login reads of /redfish/v1/.
+type serviceRoot struct {
+	SessionService member
+	Links          struct{ Sessions member }
+}
+
+// sessionDoc is the body of a created session.
+type sessionDoc struct {
+	ID string `json:"@odata.id"`
+}
+
+// actionInfo is an action's @Redfish.ActionInfo resource.
+type actionInfo struct{ Parameters []struct{ Name string } }
+
+// createSession POSTs the credentials to the Sessions collection and keeps
+// the token and the session's address (for logout).
+func (c *Client) createSession(ctx context.Context) error {
+	resp, err := c.send(ctx, http.MethodPost, c.sessionsPath, map[string]string{"UserName": c.creds.Username, "Password": c.creds.Password}, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var s sessionDoc
+	_ = decodeBody(resp.Body, &s)
+	token := resp.Header.Get("X-Auth-Token")
+	if token == "" {
+		return fmt.Errorf("session created without X-Auth-Token")
+	}
+	loc := resp.Header.Get("Location")
+	if u, err := url.Parse(loc); err == nil && u.IsAbs() {
+		loc = u.RequestURI()
+	}
+	if loc == "" {
+		loc = s.ID
+	}
+	c.authMu.Lock()
+	c.token, c.sessionPath = token, loc
+	c.authMu.Unlock()
+	return nil
+}
+
+// relogin opens a new session after a 401 on a request sent with token
+// sent. Only the first 401 of a client re-logs in: an expired session is
+// expected once in a long run, a BMC that keeps rejecting tokens is not.
+// Concurrent requests that saw the same expired token share one re-login.
+func (c *Client) relogin(ctx context.Context, sent string) bool {
+	c.authMu.Lock()
+	if c.token != sent {
+		c.authMu.Unlock()
+		return true // someone re-logged in already
+	}
+	if c.relogins > 0 {
+		c.authMu.Unlock()
+		return false
+	}
+	c.relogins++
+	c.token, c.sessionPath = "", ""
+	c.authMu.Unlock()
+	return c.createSession(ctx) == nil
+}
+
 // Close logs out of the session, waiting at most logoutTimeout.
 func (c *Client) Close() error {
-	if c.sessionPath != "" {
+	c.authMu.Lock()
+	sp := c.sessionPath
+	c.sessionPath = ""
+	c.authMu.Unlock()
+	if sp != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), logoutTimeout)
 		defer cancel()
-		if resp, err := c.request(ctx, http.MethodDelete, c.sessionPath, nil, nil); err == nil {
+		if resp, err := c.request(ctx, http.MethodDelete, sp, nil, nil); err == nil {
 			resp.Body.Close()
 		}
-		c.sessionPath = ""
 	}
 	c.hc.CloseIdleConnections()
 	return nil
@@ -233,10 +356,11 @@ type member struct {
 }
 
 type systemDoc struct {
-	ID           string `json:"Id"`
-	Manufacturer string
-	PowerState   string
-	Boot         struct {
+	ID            string `json:"Id"`
+	Manufacturer  string
+	PowerState    string
+	LastResetTime string
+	Boot          struct {
 		Enabled        string   `json:"BootSourceOverrideEnabled"`
 		EnabledAllowed []string `json:"BootSourceOverrideEnabled@Redfish.AllowableValues"`
 		Target         string   `json:"BootSourceOverrideTarget"`
@@ -258,10 +382,13 @@ type systemDoc struct {
 type mediaDoc struct {
 	MediaTypes []string
 	Inserted   bool
-	Image      string
+	Image      *string
 	Actions    struct {
 		Insert struct {
-			Target string `json:"target"`
+			Target     string   `json:"target"`
+			ActionInfo string   `json:"@Redfish.ActionInfo"`
+			Protocols  []string `json:"TransferProtocolType@Redfish.AllowableValues"`
+			Methods    []string `json:"TransferMethod@Redfish.AllowableValues"`
 		} `json:"#VirtualMedia.InsertMedia"`
 		Eject struct {
 			Target string `json:"target"`
@@ -326,6 +453,10 @@ func (c *Client) discover(ctx context.Context, systemID string) error {
 			}
 			if slices.ContainsFunc(md.MediaTypes, func(t string) bool { return t == "CD" || t == "DVD" }) {
 				c.mediaPath, c.insertTarget, c.ejectTarget = m.ID, md.Actions.Insert.Target, md.Actions.Eject.Target
+				c.insertParams = insertParams{protocol: len(md.Actions.Insert.Protocols) > 0, method: len(md.Actions.Insert.Methods) > 0}
+				if ai := md.Actions.Insert.ActionInfo; ai != "" && c.insertTarget != "" {
+					c.insertParams.fromActionInfo(ctx, c, ai)
+				}
 				break
 			}
 		}
@@ -417,22 +548,89 @@ func (c *Client) Media(ctx context.Context) (boot.Media, error) {
 	if _, err := c.get(ctx, c.mediaPath, &md); err != nil {
 		return boot.Media{}, fmt.Errorf("reading virtual media: %w", err)
 	}
-	return boot.Media{Inserted: md.Inserted, Image: md.Image}, nil
+	m := boot.Media{Inserted: md.Inserted}
+	if md.Image != nil {
+		m.Image = *md.Image
+	}
+	return m, nil
 }
 
-// InsertMedia inserts image write-protected.
+// insertParams says which optional InsertMedia parameters the BMC lists
+// (AllowableValues on the action, or its ActionInfo): some BMCs require
+// TransferProtocolType / TransferMethod, others reject what they do not know.
+type insertParams struct{ protocol, method bool }
+
+func (p *insertParams) fromActionInfo(ctx context.Context, c *Client, path string) {
+	var ai actionInfo
+	if _, err := c.get(ctx, path, &ai); err != nil {
+		return // optional: the 400 retry still covers a BMC that needs them
+	}
+	for _, prm := range ai.Parameters {
+		p.protocol = p.protocol || prm.Name == "TransferProtocolType"
+		p.method = p.method || prm.Name == "TransferMethod"
+	}
+}
+
+// InsertMedia inserts image write-protected: by the InsertMedia action, or,
+// where the slot has none (Lenovo XCC and others), by PATCHing Image,
+// Inserted and WriteProtected.
 func (c *Client) InsertMedia(ctx context.Context, image string) error {
 	if c.mediaPath == "" {
 		return fmt.Errorf("%w: no virtual media CD slot", boot.ErrCapability)
 	}
-	body := map[string]any{"Image": image, "Inserted": true, "WriteProtected": true}
-	if u, err := url.Parse(image); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
-		body["TransferProtocolType"] = strings.ToUpper(u.Scheme)
+	inserted := func(ctx context.Context) (bool, error) {
+		m, err := c.Media(ctx)
+		return m.Inserted && m.Image == image, err
 	}
-	if err := c.post(ctx, "insert media", c.insertTarget, body); err != nil {
+	var err error
+	if c.insertTarget == "" {
+		err = c.patchMedia(ctx, map[string]any{"Image": image, "Inserted": true, "WriteProtected": true})
+	} else {
+		err = c.postAction(ctx, "insert media", c.insertTarget, c.insertBody(image, c.insertParams), inserted)
+		if statusOf(err) == http.StatusBadRequest && (!c.insertParams.protocol || !c.insertParams.method) &&
+			(strings.Contains(err.Error(), "TransferProtocolType") || strings.Contains(err.Error(), "TransferMethod")) {
+			// The BMC names a parameter it wants: send both, once.
+			err = c.postAction(ctx, "insert media", c.insertTarget, c.insertBody(image, insertParams{true, true}), inserted)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("inserting virtual media %s: %w", image, err)
 	}
 	return nil
+}
+
+func (c *Client) insertBody(image string, p insertParams) map[string]any {
+	body := map[string]any{"Image": image, "Inserted": true, "WriteProtected": true}
+	if p.protocol {
+		if u, err := url.Parse(image); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+			body["TransferProtocolType"] = strings.ToUpper(u.Scheme)
+		}
+	}
+	if p.method {
+		body["TransferMethod"] = "Stream"
+	}
+	return body
+}
+
+// patchMedia PATCHes the CD slot with If-Match (a fresh ETag per try, so a
+// 412 is retried with the current one). PATCH sets values: repeating it is
+// safe.
+func (c *Client) patchMedia(ctx context.Context, body map[string]any) error {
+	return c.do(ctx, "patch virtual media", func() error {
+		etag, err := c.get(ctx, c.mediaPath, &struct{}{})
+		if err != nil {
+			return err
+		}
+		h := map[string]string{}
+		if etag != "" {
+			h["If-Match"] = etag
+		}
+		resp, err := c.request(ctx, http.MethodPatch, c.mediaPath, body, h)
+		if err != nil {
+			return err
+		}
+		return c.finish(ctx, resp)
+	})
 }
 
 // EjectMedia ejects the CD slot unless it is empty already.
@@ -444,7 +642,15 @@ func (c *Client) EjectMedia(ctx context.Context) error {
 	if !m.Inserted {
 		return nil
 	}
-	if err := c.post(ctx, "eject media", c.ejectTarget, struct{}{}); err != nil {
+	if c.insertTarget == "" && c.ejectTarget == "" {
+		err = c.patchMedia(ctx, map[string]any{"Image": nil, "Inserted": false})
+	} else {
+		err = c.postAction(ctx, "eject media", c.ejectTarget, struct{}{}, func(ctx context.Context) (bool, error) {
+			m, err := c.Media(ctx)
+			return !m.Inserted, err
+		})
+	}
+	if err != nil {
 		return fmt.Errorf("ejecting virtual media: %w", err)
 	}
 	return nil
@@ -459,25 +665,71 @@ func (c *Client) PowerState(ctx context.Context) (string, error) {
 	return sys.PowerState, nil
 }
 
-// Reset performs ComputerSystem.Reset and follows its task monitor.
+// Reset performs ComputerSystem.Reset and follows its task monitor. When
+// the answer is lost after the request reached the BMC, it re-reads the
+// system: a changed LastResetTime, or On reached for "On", means the BMC
+// acted; otherwise the reset is reported failed, never sent again.
 func (c *Client) Reset(ctx context.Context, resetType string) error {
-	if err := c.post(ctx, "reset "+resetType, c.resetTarget, map[string]string{"ResetType": resetType}); err != nil {
+	var before systemDoc
+	if _, err := c.get(ctx, c.systemPath, &before); err != nil {
+		return fmt.Errorf("reset %s: reading system: %w", resetType, err)
+	}
+	acted := func(ctx context.Context) (bool, error) {
+		var now systemDoc
+		if _, err := c.get(ctx, c.systemPath, &now); err != nil {
+			return false, err
+		}
+		if now.LastResetTime != "" && now.LastResetTime != before.LastResetTime {
+			return true, nil
+		}
+		return resetType == "On" && before.PowerState == "Off" && now.PowerState == "On", nil
+	}
+	if err := c.postAction(ctx, "reset "+resetType, c.resetTarget, map[string]string{"ResetType": resetType}, acted); err != nil {
 		return fmt.Errorf("reset %s: %w", resetType, err)
 	}
 	return nil
 }
 
-func (c *Client) post(ctx context.Context, op, target string, body any) error {
+// ErrMaybeActed marks a non-idempotent action whose request reached the BMC
+// but whose outcome is unknown, and the re-read state does not show it done:
+// sending it again could act twice (a second ForceRestart).
+var ErrMaybeActed = errors.New("the request reached the BMC but no answer came back; not repeating it")
+
+// postAction POSTs a non-idempotent action. It retries only a request that
+// provably never reached the BMC (nothing written: dial or connect failure)
+// or that the BMC refused before acting (429, 503); any other failure
+// re-reads the state with acted, which decides.
+func (c *Client) postAction(ctx context.Context, op, target string, body any, acted func(context.Context) (bool, error)) error {
 	if target == "" {
 		return fmt.Errorf("%w: BMC offers no %s action", boot.ErrCapability, op)
 	}
-	return c.do(ctx, op, func() error {
-		resp, err := c.request(ctx, http.MethodPost, target, body, nil)
-		if err != nil {
-			return err
+	var maybe error
+	err := c.do(ctx, op, func() error {
+		var wrote atomic.Bool
+		resp, err := c.requestTraced(ctx, http.MethodPost, target, body, nil, &wrote)
+		if err == nil {
+			return c.finish(ctx, resp)
 		}
-		return c.finish(ctx, resp)
+		switch s := statusOf(err); {
+		case s == http.StatusTooManyRequests, s == http.StatusServiceUnavailable, s == 0 && !wrote.Load():
+			return err // not acted on: retry
+		case s == 0, s >= 500:
+			maybe = err
+			return nil
+		}
+		return err
 	})
+	if err != nil || maybe == nil {
+		return err
+	}
+	ok, rerr := acted(ctx)
+	if rerr == nil && ok {
+		return nil
+	}
+	if rerr != nil {
+		return fmt.Errorf("%s: %w: %w (re-reading state: %v)", op, ErrMaybeActed, maybe, rerr)
+	}
+	return fmt.Errorf("%s: %w: %w", op, ErrMaybeActed, maybe)
 }
 
 // get reads a resource into v and returns its ETag.
@@ -570,8 +822,26 @@ func taskFailed(state string) error {
 }
 
 // request sends one request bound to ctx and returns a 2xx response (body
-// bounded by maxBody), or the BMC's error as a *common.Error.
+// bounded by maxBody), or the BMC's error as a *schemas.Error. A 401 on a
+// session token re-logs in once and resends.
 func (c *Client) request(ctx context.Context, method, path string, body any, header map[string]string) (*http.Response, error) {
+	return c.requestTraced(ctx, method, path, body, header, nil)
+}
+
+// requestTraced is request that sets *wrote once any part of the request
+// went onto the wire (nil: not tracked).
+func (c *Client) requestTraced(ctx context.Context, method, path string, body any, header map[string]string, wrote *atomic.Bool) (*http.Response, error) {
+	c.authMu.Lock()
+	sent := c.token
+	c.authMu.Unlock()
+	resp, err := c.send(ctx, method, path, body, header, wrote)
+	if statusOf(err) == http.StatusUnauthorized && sent != "" && c.relogin(ctx, sent) {
+		return c.send(ctx, method, path, body, header, wrote)
+	}
+	return resp, err
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body any, header map[string]string, wrote *atomic.Bool) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -579,6 +849,9 @@ func (c *Client) request(ctx context.Context, method, path string, body any, hea
 			return nil, err
 		}
 		rd = bytes.NewReader(b)
+	}
+	if wrote != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaderField: func(string, []string) { wrote.Store(true) }})
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, rd)
 	if err != nil {
@@ -588,10 +861,13 @@ func (c *Client) request(ctx context.Context, method, path string, body any, hea
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("X-Auth-Token", c.token)
-	} else if c.basicAuth != nil {
-		req.SetBasicAuth(c.basicAuth.Username, c.basicAuth.Password)
+	c.authMu.Lock()
+	token := c.token
+	c.authMu.Unlock()
+	if token != "" {
+		req.Header.Set("X-Auth-Token", token)
+	} else if c.auth == AuthBasic {
+		req.SetBasicAuth(c.creds.Username, c.creds.Password)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -612,7 +888,7 @@ func (c *Client) request(ctx context.Context, method, path string, body any, hea
 		if err != nil {
 			return nil, fmt.Errorf("HTTP %d: reading error body: %w", resp.StatusCode, err)
 		}
-		return nil, common.ConstructError(resp.StatusCode, payload)
+		return nil, schemas.ConstructError(resp.StatusCode, payload)
 	}
 	return resp, nil
 }
@@ -676,7 +952,7 @@ func decodeBody(r io.Reader, v any) error {
 
 // statusOf is the HTTP status of a gofish error, 0 for transport errors.
 func statusOf(err error) int {
-	var e *common.Error
+	var e *schemas.Error
 	if errors.As(err, &e) {
 		return e.HTTPReturnedStatusCode
 	}

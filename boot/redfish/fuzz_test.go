@@ -10,14 +10,14 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stmcginnis/gofish/common"
+	"github.com/stmcginnis/gofish/schemas"
 
 	"github.com/ironcore-dev/os-builder/redfishemu"
 )
 
 // FuzzDecodeBMC feeds BMC response bytes to every decoder the client runs
 // on them: the system, virtual media and collection documents, task
-// (monitor) bodies, and gofish's error body parser (common.ConstructError,
+// (monitor) bodies, the service root, session and ActionInfo documents, and gofish's error body parser (schemas.ConstructError,
 // which statusOf relies on). None may panic; reads go through the same
 // bound as responses.
 func FuzzDecodeBMC(f *testing.F) {
@@ -30,6 +30,12 @@ func FuzzDecodeBMC(f *testing.F) {
 		`{"TaskState": "Exception", "TaskStatus": "Critical"}`,
 		`{"error": {"code": "Base.1.0.GeneralError", "message": "busy", "@Message.ExtendedInfo": [{"MessageId": "x", "Message": "y"}]}}`,
 		`{"Boot": {"BootSourceOverrideMode": null}}`,
+		`{"@odata.id": "/redfish/v1/", "SessionService": {"@odata.id": "/redfish/v1/SessionService"}, "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}`,
+		`{"@odata.id": "/redfish/v1/SessionService/Sessions/1", "UserName": "admin"}`,
+		`{"Parameters": [{"Name": "Image", "Required": true}, {"Name": "TransferMethod", "AllowableValues": ["Stream", "Upload"]}]}`,
+		`{"MediaTypes": ["CD"], "Image": null, "Actions": {"#VirtualMedia.InsertMedia": {"target": "/i", "@Redfish.ActionInfo": "/ai",
+			"TransferProtocolType@Redfish.AllowableValues": ["HTTP", "HTTPS"], "TransferMethod@Redfish.AllowableValues": ["Stream"]}}}`,
+		`{"LastResetTime": "2026-01-01T00:00:00+00:00", "PowerState": "Off"}`,
 		`[`, ``, `null`,
 	} {
 		f.Add([]byte(seed))
@@ -42,9 +48,15 @@ func FuzzDecodeBMC(f *testing.F) {
 		_ = decodeBody(body(), &md)
 		var coll struct{ Members []member }
 		_ = decodeBody(body(), &coll)
+		var root serviceRoot
+		_ = decodeBody(body(), &root)
+		var sess sessionDoc
+		_ = decodeBody(body(), &sess)
+		var ai actionInfo
+		_ = decodeBody(body(), &ai)
 		_ = taskFailed(taskState(body()))
 		payload, _ := io.ReadAll(body())
-		err := common.ConstructError(http.StatusServiceUnavailable, payload)
+		err := schemas.ConstructError(http.StatusServiceUnavailable, payload)
 		if statusOf(err) != http.StatusServiceUnavailable {
 			t.Fatalf("status of a 503 error: %d", statusOf(err))
 		}
