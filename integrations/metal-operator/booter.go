@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"path"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/boot/redfish"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
@@ -51,16 +52,16 @@ type Booter struct {
 	// DefaultScheme applies where a BMC protocol names no scheme (https if
 	// empty), as metal-operator's --default-protocol-scheme does.
 	DefaultScheme metalv1alpha1.ProtocolScheme
-	// BMCOptions are the default Connect's options for metal-operator's
-	// client, as the controller configures its own (BasicAuth, InsecureTLS,
-	// polling); endpoint and credentials come from the objects.
-	BMCOptions bmc.Options
 	// ReadIdentity reads an image's boot identity; the default pulls its
 	// manifest (not its layers) from the registry with the default keychain.
 	ReadIdentity func(ctx context.Context, image string) (*osimage.BootIdentity, error)
-	// Connect opens the BMC; the default is metal-operator's own Redfish
-	// client (bmc.NewRedfishBMCClient) behind Adapter. The returned func
-	// closes it.
+	// Redfish configures the default Connect, os-builder's Redfish client
+	// (auth, retries, TLS); endpoint, credentials and system come from the
+	// objects.
+	Redfish redfish.Config
+	// Connect opens the BMC; the default is os-builder's Redfish client
+	// (ConnectRedfish). ConnectMetalOperator uses metal-operator's own
+	// client behind Adapter instead. The returned func closes it.
 	Connect func(ctx context.Context, t Target) (boot.BMC, func(), error)
 }
 
@@ -109,19 +110,23 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 		return fail(fmt.Errorf("connecting to BMC %s: %w", target, err))
 	}
 	defer closeBMC()
-	method, why := req.Method, "requested by annotation "+AnnotationBootMethod
-	if method == "" && req.Policy != boot.None {
-		caps, err := bmcClient.Capabilities(ctx)
+	// Capabilities first: a method the BMC cannot do is refused (or, for
+	// auto, passed over) before any artifact is fetched.
+	var caps *boot.Capabilities
+	if req.Policy != boot.None {
+		c, err := bmcClient.Capabilities(ctx)
 		if err != nil {
 			return fail(fmt.Errorf("reading BMC capabilities: %w", err))
 		}
-		if method, why, err = chooseMethod(id, caps); err != nil {
-			return fail(err)
-		}
+		caps = &c
 	}
-	p, err := boot.Resolve(id, boot.Request{Image: req.Image, Method: method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL})
+	p, err := boot.ResolveFor(id, boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL}, caps)
 	if err != nil {
 		return fail(err)
+	}
+	why := p.Choice
+	if req.Method != "" {
+		why = "requested by annotation " + AnnotationBootMethod
 	}
 	res.Plan = p
 	if req.Policy != boot.None {
@@ -139,46 +144,6 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 	res.Conditions = append(res.Conditions, metav1.Condition{Type: ConditionBootCompleted, Status: metav1.ConditionTrue,
 		Reason: "PlanCompleted", Message: fmt.Sprintf("%s boot of %s (policy %s)", p.Method, req.Image, p.Policy), ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now)})
 	return res, nil
-}
-
-// chooseMethod takes the image's methods in its order of preference (its
-// default first) and picks the first the BMC can do. Disk is never chosen:
-// booting what is installed provisions nothing; ask for it by annotation.
-func chooseMethod(id *osimage.BootIdentity, c boot.Capabilities) (osimage.BootMethod, string, error) {
-	order := []osimage.BootMethod{}
-	if id.Default != "" {
-		order = append(order, id.Default)
-	}
-	for _, m := range id.Methods {
-		if !slices.Contains(order, m) {
-			order = append(order, m)
-		}
-	}
-	allows := func(t string) bool { return len(c.AllowedTargets) == 0 || slices.Contains(c.AllowedTargets, t) }
-	var refused []string
-	for _, m := range order {
-		ok := false
-		switch m {
-		case osimage.BootUEFIHTTP:
-			ok = allows(boot.TargetUefiHttp)
-		case osimage.BootPXE:
-			ok = allows(boot.TargetPxe)
-		case osimage.BootVirtualMedia:
-			ok = allows(boot.TargetCd) && c.VirtualMediaCD
-		}
-		if ok {
-			why := fmt.Sprintf("BMC allows %v", c.AllowedTargets)
-			if m != order[0] {
-				why = fmt.Sprintf("image prefers %s; %s", order[0], why)
-			}
-			return m, why, nil
-		}
-		if m != osimage.BootDisk {
-			refused = append(refused, string(m))
-		}
-	}
-	return "", "", fmt.Errorf("%w: BMC (%s) can boot none of the image's network methods %v (allows %v, virtual media CD: %t)",
-		boot.ErrCapability, c.Manufacturer, refused, c.AllowedTargets, c.VirtualMediaCD)
 }
 
 func reasonOf(err error) string {
@@ -281,7 +246,22 @@ func (b *Booter) connect(ctx context.Context, t Target) (boot.BMC, func(), error
 	if b.Connect != nil {
 		return b.Connect(ctx, t)
 	}
-	return ConnectMetalOperator(ctx, t, b.BMCOptions)
+	return ConnectRedfish(ctx, t, b.Redfish)
+}
+
+// ConnectRedfish opens os-builder's Redfish client (boot/redfish) on the
+// target: every method the BMC offers (UEFI HTTP, virtual media, PXE). The
+// system is the one at the Server's spec.systemURI, else the BMC's first.
+func ConnectRedfish(ctx context.Context, t Target, cfg redfish.Config) (boot.BMC, func(), error) {
+	cfg.Endpoint, cfg.Credentials = t.Endpoint, redfish.Credentials{Username: t.Username, Password: t.Password}
+	if t.SystemURI != "" {
+		cfg.SystemID = path.Base(t.SystemURI)
+	}
+	c, err := redfish.Connect(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close() }, nil
 }
 
 // ConnectMetalOperator opens metal-operator's own Redfish client and wraps it

@@ -26,15 +26,19 @@ import (
 // a Server pointing at its BMC, the BMC (inline access) with its BMCSecret,
 // the claim and the ServerBootConfiguration naming the image.
 func objects(m *mockBMC, image string, claimAnnotations map[string]string) metaloperator.Objects {
+	return objectsFor(m, image, claimAnnotations, mockSystemURI)
+}
+
+func objectsFor(m *mockBMC, image string, claimAnnotations map[string]string, systemURI string) metaloperator.Objects {
 	ip := netip.MustParseAddr(m.host)
 	return metaloperator.Objects{
 		Claim: &metalv1alpha1.ServerClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Annotations: claimAnnotations},
 			Spec: metalv1alpha1.ServerClaimSpec{Power: metalv1alpha1.PowerOn, Image: image, ServerRef: &corev1.LocalObjectReference{Name: "server"}}},
 		BootConfig: &metalv1alpha1.ServerBootConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "claim", Generation: 3},
 			Spec: metalv1alpha1.ServerBootConfigurationSpec{ServerRef: corev1.LocalObjectReference{Name: "server"}, Image: image}},
-		// No systemURI: found by UUID, as for a Server under discovery.
+		// metal-operator sets spec.systemURI at discovery.
 		Server: &metalv1alpha1.Server{ObjectMeta: metav1.ObjectMeta{Name: "server"},
-			Spec: metalv1alpha1.ServerSpec{SystemUUID: mockSystemUUID, BMCRef: &corev1.LocalObjectReference{Name: "bmc"}}},
+			Spec: metalv1alpha1.ServerSpec{SystemUUID: mockSystemUUID, SystemURI: systemURI, BMCRef: &corev1.LocalObjectReference{Name: "bmc"}}},
 		BMC: &metalv1alpha1.BMC{ObjectMeta: metav1.ObjectMeta{Name: "bmc"}, Spec: metalv1alpha1.BMCSpec{
 			Endpoint:     &metalv1alpha1.InlineEndpoint{IP: metalv1alpha1.IP{Addr: ip}},
 			BMCSecretRef: corev1.LocalObjectReference{Name: "bmc-secret"},
@@ -46,7 +50,7 @@ func objects(m *mockBMC, image string, claimAnnotations map[string]string) metal
 
 // booter is what a controller sets up once: the driver with a real artifact
 // server in front of the image's registry.
-func booter(t *testing.T, image string) *metaloperator.Booter {
+func booter(t *testing.T, image string, connect func(context.Context, metaloperator.Target) (boot.BMC, func(), error)) *metaloperator.Booter {
 	t.Helper()
 	ref, err := name.ParseReference(image)
 	if err != nil {
@@ -60,10 +64,17 @@ func booter(t *testing.T, image string) *metaloperator.Booter {
 	hs.Config.Handler = srv
 	hs.Start()
 	t.Cleanup(hs.Close)
-	// The mock enforces Basic Auth, as metal-operator's suite runs it.
-	return &metaloperator.Booter{Driver: &boot.Driver{Publisher: srv}, ArtifactBaseURL: srv.AdvertiseURL(),
-		BMCOptions: bmc.Options{BasicAuth: true}}
+	return &metaloperator.Booter{Driver: &boot.Driver{Publisher: srv}, ArtifactBaseURL: srv.AdvertiseURL(), Connect: connect}
 }
+
+// The two clients: os-builder's (the default) and metal-operator's own
+// behind Adapter, with Basic Auth as metal-operator's suite runs the mock.
+var (
+	osbuilderClient     func(context.Context, metaloperator.Target) (boot.BMC, func(), error) // nil: Booter's default
+	metalOperatorClient = func(ctx context.Context, t metaloperator.Target) (boot.BMC, func(), error) {
+		return metaloperator.ConnectMetalOperator(ctx, t, bmc.Options{BasicAuth: true})
+	}
+)
 
 func condition(t *testing.T, cs []metav1.Condition, typ string) *metav1.Condition {
 	t.Helper()
@@ -85,18 +96,29 @@ func TestBootFromMetalOperatorObjects(t *testing.T) {
 	// The image prefers UEFI HTTP; metal-operator's client can only do PXE.
 	image := pushImage(t, "uefi-http,pxe,virtual-media,disk", "uefi-http")
 	for _, tc := range []struct {
+		client         string
+		connect        func(context.Context, metaloperator.Target) (boot.BMC, func(), error)
 		policy         string // claim annotation; "" = absent (NetworkBootOnce)
 		target, enable string // the mock's override afterwards
+		choice         string
 		networkBooted  bool
 	}{
-		// Once: PXE once, then the override is cleared for disk boots
-		// (metal-operator's SetBootOrder sends Continuous/None).
-		{policy: "", target: "None", enable: "Continuous", networkBooted: true},
-		{policy: "NetworkBootAlways", target: "Pxe", enable: "Once"},
+		// os-builder's client: PXE once, then disk pinned (Hdd Continuous).
+		{client: "os-builder", connect: osbuilderClient, policy: "", target: "Hdd", enable: "Continuous", networkBooted: true,
+			choice: "method: pxe (image prefers uefi-http; BMC allows [Pxe Cd Usb Hdd BiosSetup Utilities Diags SDCard UefiTarget])"},
+		{client: "os-builder", connect: osbuilderClient, policy: "NetworkBootAlways", target: "Pxe", enable: "Once",
+			choice: "method: pxe (image prefers uefi-http; BMC allows [Pxe Cd Usb Hdd BiosSetup Utilities Diags SDCard UefiTarget])"},
+		{client: "os-builder", connect: osbuilderClient, policy: "None", target: "None", enable: "Disabled"},
+		// metal-operator's client behind Adapter: PXE once, then the
+		// override cleared (its SetBootOrder sends Continuous/None).
+		{client: "metal-operator", connect: metalOperatorClient, policy: "", target: "None", enable: "Continuous", networkBooted: true,
+			choice: "method: pxe (image prefers uefi-http; BMC allows [Pxe])"},
+		{client: "metal-operator", connect: metalOperatorClient, policy: "NetworkBootAlways", target: "Pxe", enable: "Once",
+			choice: "method: pxe (image prefers uefi-http; BMC allows [Pxe])"},
 		// None: power only; the override stays as it was.
-		{policy: "None", target: "None", enable: "Disabled"},
+		{client: "metal-operator", connect: metalOperatorClient, policy: "None", target: "None", enable: "Disabled"},
 	} {
-		t.Run("policy="+tc.policy, func(t *testing.T) {
+		t.Run(tc.client+"/policy="+tc.policy, func(t *testing.T) {
 			m.reset()
 			ann := map[string]string{}
 			if tc.policy != "" {
@@ -105,7 +127,7 @@ func TestBootFromMetalOperatorObjects(t *testing.T) {
 			o := objects(m, image, ann)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := booter(t, image).Boot(ctx, o)
+			res, err := booter(t, image, tc.connect).Boot(ctx, o)
 			if err != nil {
 				t.Fatalf("Boot: %v\nconditions: %+v", err, res.Conditions)
 			}
@@ -125,8 +147,8 @@ func TestBootFromMetalOperatorObjects(t *testing.T) {
 			}
 			if tc.policy != "None" {
 				c := condition(t, res.Conditions, metaloperator.ConditionBootMethodSelected)
-				if want := "method: pxe (image prefers uefi-http; BMC allows [Pxe])"; c.Message != want {
-					t.Errorf("BootMethodSelected message %q, want %q", c.Message, want)
+				if c.Message != tc.choice {
+					t.Errorf("BootMethodSelected message %q, want %q", c.Message, tc.choice)
 				}
 				condition(t, res.Conditions, boot.ConditionArtifactsPublished)
 			}
@@ -149,7 +171,7 @@ func TestBootFromMetalOperatorObjects(t *testing.T) {
 			m.reset()
 			again := objects(m, image, ann)
 			again.Claim = o.Claim
-			res, err = booter(t, image).Boot(ctx, again)
+			res, err = booter(t, image, tc.connect).Boot(ctx, again)
 			if err != nil {
 				t.Fatalf("second Boot: %v", err)
 			}
@@ -164,8 +186,8 @@ func TestBootFromMetalOperatorObjects(t *testing.T) {
 	}
 }
 
-// TestBootRefusesWhatTheBMCCannotDo: a method metal-operator's client cannot
-// do is refused before any change on the BMC, with a reason that puts the
+// TestBootRefusesWhatTheBMCCannotDo: a method metal-operator's client (behind
+// Adapter) cannot do is refused before any change on the BMC, with a reason that puts the
 // ServerBootConfiguration into Error.
 func TestBootRefusesWhatTheBMCCannotDo(t *testing.T) {
 	m := startMock(t)
@@ -175,17 +197,17 @@ func TestBootRefusesWhatTheBMCCannotDo(t *testing.T) {
 		want               string
 	}{
 		{name: "forced uefi-http", methods: "uefi-http,pxe", def: "uefi-http",
-			ann: map[string]string{metaloperator.AnnotationBootMethod: "uefi-http"}, want: "does not allow boot target UefiHttp"},
+			ann: map[string]string{metaloperator.AnnotationBootMethod: "uefi-http"}, want: "method uefi-http: BMC capability: BMC offers no UefiHttp boot target (allows [Pxe])"},
 		{name: "forced virtual-media", methods: "virtual-media,pxe", def: "virtual-media",
-			ann: map[string]string{metaloperator.AnnotationBootMethod: "virtual-media"}, want: "does not allow boot target Cd"},
+			ann: map[string]string{metaloperator.AnnotationBootMethod: "virtual-media"}, want: "method virtual-media: BMC capability: BMC offers no Cd boot target (allows [Pxe])"},
 		{name: "image without pxe", methods: "uefi-http,virtual-media", def: "uefi-http",
-			want: "can boot none of the image's network methods [uefi-http virtual-media]"},
+			want: "no boot method fits: the image offers [uefi-http virtual-media], the BMC allows [Pxe]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m.reset()
 			image := pushImage(t, tc.methods, tc.def)
 			o := objects(m, image, tc.ann)
-			res, err := booter(t, image).Boot(context.Background(), o)
+			res, err := booter(t, image, metalOperatorClient).Boot(context.Background(), o)
 			if !errors.Is(err, boot.ErrCapability) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Boot error %v, want ErrCapability naming %q", err, tc.want)
 			}
