@@ -151,13 +151,31 @@ func (m *mockBMC) reset() {
 	}
 }
 
-// pushImage pushes an os-builder-style boot image (small layers, one per
-// artifact, titled like the builder's files) to an in-process OCI registry
-// and returns its reference by digest.
+// pushImage pushes mustImage to an in-process OCI registry and returns its
+// reference by digest.
 func pushImage(t testing.TB, methods, def string) string {
 	t.Helper()
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
+	img := mustImage(t, methods, def)
+	ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://") + "/os/node:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref.Context().Digest(d.String()).String()
+}
+
+// mustImage is an os-builder-style boot image: one small layer per artifact,
+// titled like the builder's files, with the boot annotations.
+func mustImage(t testing.TB, methods, def string) v1.Image {
+	t.Helper()
 	layers := []struct{ mt, title string }{
 		{osimage.MediaTypeUKI, "uki.efi"}, {osimage.MediaTypeKernel, "vmlinuz"}, {osimage.MediaTypeInitramfs, "initrd.img"},
 		{osimage.MediaTypeISO, "image.iso"}, {osimage.MediaTypeDisk, "disk.raw"},
@@ -173,16 +191,5 @@ func pushImage(t testing.TB, methods, def string) string {
 	}
 	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: methods,
 		osimage.AnnotationBootDefault: def, osimage.AnnotationCmdline: "console=ttyS0"}).(v1.Image)
-	ref, err := name.ParseReference(strings.TrimPrefix(reg.URL, "http://") + "/os/node:test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref.Context().Digest(d.String()).String()
+	return img
 }
