@@ -12,6 +12,7 @@ package redfish
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -177,6 +178,8 @@ type Client struct {
 	manufacturer string
 	quirks       Quirks
 	modeReported bool
+	mu           sync.Mutex // guards modeRequired
+	modeRequired bool       // the BMC refused an override without BootSourceOverrideMode
 	caps         boot.Capabilities
 }
 
@@ -512,6 +515,11 @@ func (c *Client) SetBootOverride(ctx context.Context, o boot.Override) error {
 		(c.quirks.SendOverrideMode == "always" || c.quirks.SendOverrideMode == "" && c.modeReported) {
 		p.Boot.Mode = o.Mode
 	}
+	c.mu.Lock()
+	if c.modeRequired && p.Boot.Mode == "" {
+		p.Boot.Mode = cmp.Or(o.Mode, "UEFI")
+	}
+	c.mu.Unlock()
 	if o.Target == boot.TargetUefiHttp {
 		p.Boot.HTTPBootURI = o.HTTPBootURI
 	}
@@ -527,6 +535,16 @@ func (c *Client) SetBootOverride(ctx context.Context, o boot.Override) error {
 		resp, err := c.request(ctx, http.MethodPatch, c.systemPath, p, h)
 		if statusOf(err) == http.StatusPreconditionRequired && etag == "" {
 			resp, err = c.request(ctx, http.MethodPatch, c.systemPath, p, map[string]string{"If-Match": "*"})
+		}
+		if statusOf(err) == http.StatusBadRequest && p.Boot.Mode == "" && strings.Contains(err.Error(), "BootSourceOverrideMode") {
+			// A BMC that does not report the mode yet requires it (some
+			// refuse any override without it): send it from now on. The
+			// PATCH was refused, so sending it again is safe.
+			p.Boot.Mode = cmp.Or(o.Mode, "UEFI")
+			c.mu.Lock()
+			c.modeRequired = true
+			c.mu.Unlock()
+			resp, err = c.request(ctx, http.MethodPatch, c.systemPath, p, h)
 		}
 		if err != nil {
 			return err

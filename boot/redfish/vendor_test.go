@@ -42,6 +42,7 @@ type vendorBMC struct {
 	mediaActions    bool
 	needTransfer    bool // InsertMedia 400s without TransferMethod
 	requireIfMatch  bool
+	needMode        bool          // Systems PATCH 400s without BootSourceOverrideMode, yet GET does not report it
 	resetHang       time.Duration // act on Reset, then answer this late
 	etag            int
 	tokens          map[string]int
@@ -167,6 +168,10 @@ func (v *vendorBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var body map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&body)
+		if bootBody, _ := body["Boot"].(map[string]any); v.needMode && bootBody != nil && bootBody["BootSourceOverrideMode"] != "UEFI" {
+			fail(400, "The property BootSourceOverrideMode is a required property and must be included in the request")
+			return
+		}
 		v.patches = append(v.patches, body)
 		if p == v.media() {
 			if v.mediaActions {
@@ -416,5 +421,28 @@ func TestResetRetriedWhenUnsent(t *testing.T) {
 	err = c.Reset(t.Context(), "ForceRestart")
 	if err == nil || errors.Is(err, ErrMaybeActed) || dials != 3 || len(v.resets) != 0 {
 		t.Errorf("err = %v, dials %d, resets %v: want 3 attempts, none reaching the BMC", err, dials, v.resets)
+	}
+}
+
+// TestOverrideModeRequired: a BMC that does not report
+// BootSourceOverrideMode yet refuses overrides without it (400 naming it)
+// gets the override again with the mode, and every later one with it,
+// the clearing Disabled included. Before: the 400 ended the boot.
+func TestOverrideModeRequired(t *testing.T) {
+	v, url := newVendorBMC(t, &vendorBMC{needMode: true})
+	c := vendorConnect(t, url, Config{})
+	if err := c.SetBootOverride(t.Context(), boot.Override{Target: boot.TargetPxe, Enabled: boot.EnabledOnce, Mode: "UEFI"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetBootOverride(t.Context(), boot.Override{Target: boot.TargetNone, Enabled: boot.EnabledDisabled}); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.patches) != 2 {
+		t.Fatalf("patches %v", v.patches)
+	}
+	for _, p := range v.patches {
+		if p["Boot"].(map[string]any)["BootSourceOverrideMode"] != "UEFI" {
+			t.Errorf("patch without the mode: %v", p)
+		}
 	}
 }
