@@ -10,7 +10,8 @@ while IFS=: read -r file _ decl; do
 	target=$(sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/' <<<"$decl")
 	pkg=./$(dirname "$file")
 	log=$(mktemp)
-	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s "$pkg" >"$log" 2>&1; then
+	# From the package's directory: nested modules (integrations/*) too.
+	if (cd "$pkg" && GONOSUMDB=github.com/ironcore-dev go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s .) >"$log" 2>&1; then
 		execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
 		printf 'fuzz %-40s %s execs\n' "$pkg.$target" "${execs:-?}"
 	else
