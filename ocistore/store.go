@@ -43,13 +43,8 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("oci store: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "index.json")); errors.Is(err, os.ErrNotExist) {
-		if err := atomicfile.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
-			return nil, fmt.Errorf("oci store: %w", err)
-		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, "index.json"), []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`), 0o644); err != nil {
-			return nil, fmt.Errorf("oci store: %w", err)
-		}
+	if err := initLayout(dir); err != nil {
+		return nil, fmt.Errorf("oci store: %w", err)
 	}
 	l, err := OpenLayout(dir)
 	if err != nil {
@@ -276,19 +271,52 @@ func (s *Store) putBlob(d v1.Descriptor, rc io.ReadCloser) error {
 	})
 }
 
+// lockStore takes the store's flock, which every writer of index.json
+// holds: concurrent importers (other processes included) never lose an
+// entry, and only one creates the empty layout. Close releases it.
+func lockStore(dir string) (*os.File, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return lock, nil
+}
+
+// initLayout creates an empty layout in dir unless it has one. Checked
+// under the lock: an opener that saw no index.json must not overwrite the
+// one another importer has written and filled since.
+func initLayout(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err == nil {
+		return nil
+	}
+	lock, err := lockStore(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, "index.json"), []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`), 0o644)
+}
+
 // record puts d into the store's index.json, replacing an entry with the
-// same digest; an flock keeps concurrent imports from losing entries.
+// same digest, under the store's lock.
 func (s *Store) record(ref name.Digest, d v1.Descriptor) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lock, err := os.OpenFile(filepath.Join(s.layout.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := lockStore(s.layout.dir)
 	if err != nil {
 		return fmt.Errorf("oci store: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("oci store: lock: %w", err)
-	}
 	root, err := s.layout.Index()
 	if err != nil {
 		return fmt.Errorf("oci store: %w", err)
