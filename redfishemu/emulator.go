@@ -503,10 +503,7 @@ func (e *Emulator) patchSystem(w http.ResponseWriter, r *http.Request) {
 			HttpBootUri               *string //nolint:revive // Redfish spelling
 		}
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields() // a client sending back the whole read object is a bug
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyUnknown", err.Error())
+	if !decodeStrict(w, r, &req) {
 		return
 	}
 	e.mu.Lock()
@@ -696,10 +693,7 @@ func (e *Emulator) patchMedia(w http.ResponseWriter, r *http.Request) {
 		TransferMethod       *string
 		TransferProtocolType *string
 	}
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyUnknown", err.Error())
+	if !decodeStrict(w, r, &req) {
 		return
 	}
 	e.mu.Lock()
@@ -825,4 +819,17 @@ func writeErrorRelated(w http.ResponseWriter, code int, id, msg string, related 
 		info["RelatedProperties"] = related
 	}
 	writeJSON(w, code, "", obj{"error": obj{"code": id, "message": msg, "@Message.ExtendedInfo": []obj{info}}})
+}
+
+// decodeStrict decodes a PATCH body into v, answering 400 PropertyUnknown
+// for a property the resource does not let clients set (a client sending
+// back the whole object it read is a bug real BMCs refuse too).
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "Base.1.0.PropertyUnknown", err.Error())
+		return false
+	}
+	return true
 }

@@ -227,6 +227,23 @@ func blockSize(f *os.File) (int64, error) {
 	return int64(size), nil
 }
 
+// openDisk opens a block device with flag and reads its logical sector size
+// and its size: what every reader or writer of a partition table needs.
+func openDisk(path string, flag int) (f *os.File, sectorSize int, size int64, err error) {
+	f, err = os.OpenFile(path, flag|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("open %s: %w", path, err)
+	}
+	if sectorSize, err = blockSectorSize(f); err == nil {
+		size, err = blockSize(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, 0, err
+	}
+	return f, sectorSize, size, nil
+}
+
 // rereadPartitions asks the kernel to read the disk's new table.
 func rereadPartitions(f *os.File) error {
 	var err error

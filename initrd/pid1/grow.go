@@ -101,19 +101,11 @@ func (i *initProcess) fitDisk(rootDev string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(disk, os.O_RDWR|unix.O_CLOEXEC, 0)
+	f, ss, size, err := openDisk(disk, os.O_RDWR)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", disk, err)
+		return err
 	}
 	defer f.Close()
-	ss, err := blockSectorSize(f)
-	if err != nil {
-		return err
-	}
-	size, err := blockSize(f)
-	if err != nil {
-		return err
-	}
 	grown, oldEnd, newEnd, moved, err := fitGPTToDisk(f, ss, size)
 	if err != nil {
 		return err

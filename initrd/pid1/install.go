@@ -238,19 +238,11 @@ func (i *initProcess) installMode(cfg *Config) error {
 	}
 	i.logf("install: target %s", d)
 	// O_EXCL on a block device fails if it or a partition is mounted.
-	f, err := os.OpenFile(d.devPath(), os.O_RDWR|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	f, ss, size, err := openDisk(d.devPath(), os.O_RDWR|unix.O_EXCL)
 	if err != nil {
-		return fmt.Errorf("open install target %s exclusively: %w", d.devPath(), err)
+		return fmt.Errorf("install target, opened exclusively: %w", err)
 	}
 	defer f.Close()
-	ss, err := blockSectorSize(f)
-	if err != nil {
-		return err
-	}
-	size, err := blockSize(f)
-	if err != nil {
-		return err
-	}
 	kind, table, reason, err := classifyDisk(f, ss, size)
 	if err != nil {
 		return fmt.Errorf("inspect %s: %w", d.devPath(), err)

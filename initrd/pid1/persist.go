@@ -302,25 +302,15 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 	if mke2fs == "" {
 		return "", fmt.Errorf("the disk has no %s partition, and the initrd has no mke2fs to format a new one (build the initrd with mke2fs: initrd.AssembleOptions.Files)", partLabelData)
 	}
-	part := filepath.Base(rootDev)
-	parentLink, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", part))
+	disk, err := diskOf(rootDev)
 	if err != nil {
-		return "", fmt.Errorf("find the disk of %s: %w", rootDev, err)
+		return "", err
 	}
-	disk := "/dev/" + filepath.Base(filepath.Dir(parentLink))
-	f, err := os.OpenFile(disk, os.O_RDWR|unix.O_CLOEXEC, 0)
+	f, ss, size, err := openDisk(disk, os.O_RDWR)
 	if err != nil {
-		return "", fmt.Errorf("open %s: %w", disk, err)
+		return "", err
 	}
 	defer f.Close()
-	ss, err := blockSectorSize(f)
-	if err != nil {
-		return "", err
-	}
-	size, err := blockSize(f)
-	if err != nil {
-		return "", err
-	}
 	t, err := readGPT(f, ss, size)
 	if err != nil {
 		return "", fmt.Errorf("read the GPT of %s: %w", disk, err)
