@@ -47,6 +47,8 @@ type Options struct {
 	// SourceDateEpoch fixes every timestamp; 0 means $SOURCE_DATE_EPOCH or
 	// DefaultSourceDateEpoch.
 	SourceDateEpoch int64
+	// Locked builds only sources the recipe's lock pins (see PinSources).
+	Locked bool
 }
 
 // DefaultCacheDir is $OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else
@@ -126,11 +128,18 @@ type build struct {
 	run   Runner
 	work  string
 	log   *Reporter
+	// pinned lists the sources with their digests, for the manifest.
+	pinned []osimage.Source
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	outputs, err := parseOutputs(b.r.Outputs)
 	if err != nil {
+		return nil, err
+	}
+	// Every source gets its digest (recipe, lock or resolved) before any
+	// step keys on it.
+	if b.pinned, err = PinSources(ctx, b.r, b.opts.Locked, b.log.Infof); err != nil {
 		return nil, err
 	}
 	// An unreachable image source must fail now, not after the long steps.
@@ -317,6 +326,7 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		Layers:          layers,
 		ExcludedLayers:  b.r.Exclude,
 		Packages:        pkgs,
+		Sources:         b.pinned,
 		Artifacts:       arts,
 	}, nil
 }

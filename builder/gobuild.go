@@ -148,7 +148,7 @@ func (s *goBuildStep) binaryPath(out string) string {
 }
 
 func (s *goBuildStep) Run(ctx context.Context, out string) error {
-	src, err := s.download(ctx)
+	src, _, err := goModDownload(ctx, s.g.Module, s.g.Version, s.g.Sum, goBuildEnv(s.arch, s.g.CGO))
 	if err != nil {
 		return err
 	}
@@ -178,16 +178,19 @@ func (s *goBuildStep) Run(ctx context.Context, out string) error {
 	return nil
 }
 
-// download fetches the module into the module cache, checks it and
-// returns its directory.
-func (s *goBuildStep) download(ctx context.Context) (string, error) {
-	ref := s.g.Module + "@" + s.g.Version
+// goModDownload fetches module@version into the module cache and returns
+// its directory and go.sum hash. With sum set, the download is checked
+// against it (and not the checksum database, which may not know the
+// module); without, the go command checks it as env says (GOSUMDB,
+// GONOSUMDB, GOPRIVATE).
+func goModDownload(ctx context.Context, module, version, sum string, env []string) (dir, gotSum string, err error) {
+	ref := module + "@" + version
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ref)
 	cmd.Dir = os.TempDir() // outside any module
-	cmd.Env = append(goBuildEnv(s.arch, s.g.CGO), "GOFLAGS=-mod=mod")
-	if s.g.Sum != "" {
+	cmd.Env = append(env, "GOFLAGS=-mod=mod")
+	if sum != "" {
 		// We check the pinned sum ourselves below.
-		cmd.Env = append(cmd.Env, "GONOSUMDB="+s.g.Module)
+		cmd.Env = append(cmd.Env, "GONOSUMDB="+module)
 	}
 	b, err := cmd.Output()
 	var info struct{ Dir, Sum, Error string }
@@ -197,10 +200,16 @@ func (s *goBuildStep) download(ctx context.Context) (string, error) {
 		if ee, ok := err.(*exec.ExitError); ok && msg == "" {
 			msg = string(ee.Stderr)
 		}
-		return "", fmt.Errorf("go mod download %s: %s", ref, strings.TrimSpace(msg))
+		if msg == "" && err != nil {
+			msg = err.Error()
+		}
+		return "", "", fmt.Errorf("go mod download %s: %s", ref, strings.TrimSpace(msg))
 	}
-	if s.g.Sum != "" && info.Sum != s.g.Sum {
-		return "", fmt.Errorf("module %s: downloaded sum %s, recipe pins %s", ref, info.Sum, s.g.Sum)
+	if sum != "" && info.Sum != sum {
+		return "", "", fmt.Errorf("module %s: downloaded sum %s, pinned %s", ref, info.Sum, sum)
 	}
-	return info.Dir, nil
+	if info.Sum == "" {
+		return "", "", fmt.Errorf("go mod download %s: no sum reported", ref)
+	}
+	return info.Dir, info.Sum, nil
 }

@@ -85,6 +85,16 @@ func RegistryMirrorsFromEnv() (RegistryMirrors, error) {
 // Rewrite returns the reference to pull: ref itself, or the same
 // repository and digest on the registry's mirror (then via names it).
 func (m RegistryMirrors) Rewrite(ref name.Digest) (name.Digest, string, error) {
+	r, via, err := m.RewriteRef(ref)
+	if err != nil {
+		return ref, "", err
+	}
+	return r.(name.Digest), via, nil
+}
+
+// RewriteRef is Rewrite for a tag or a digest: the same repository and
+// tag or digest on the registry's mirror.
+func (m RegistryMirrors) RewriteRef(ref name.Reference) (name.Reference, string, error) {
 	to, ok := m[ref.Context().RegistryStr()]
 	if !ok {
 		return ref, "", nil
@@ -95,9 +105,15 @@ func (m RegistryMirrors) Rewrite(ref name.Digest) (name.Digest, string, error) {
 		opts = append(opts, name.Insecure)
 	}
 	repo := to + "/" + ref.Context().RepositoryStr()
-	d, err := name.NewDigest(repo+"@"+ref.DigestStr(), opts...)
+	var r name.Reference
+	var err error
+	if d, isDigest := ref.(name.Digest); isDigest {
+		r, err = name.NewDigest(repo+"@"+d.DigestStr(), opts...)
+	} else {
+		r, err = name.NewTag(repo+":"+ref.Identifier(), opts...)
+	}
 	if err != nil {
 		return ref, "", fmt.Errorf("mirror %s for %s: %w", to, ref.Context().RegistryStr(), err)
 	}
-	return d, to, nil
+	return r, to, nil
 }

@@ -18,9 +18,8 @@ import (
 
 // unreachableError names the source and every way around it.
 func unreachableError(image, layer, via string, err error) error {
-	ref, _ := name.NewDigest(image)
 	reg := "REGISTRY"
-	if ref.Name() != "" {
+	if ref, err := name.ParseReference(image); err == nil {
 		reg = ref.Context().RegistryStr()
 	}
 	what := "oci source " + image
@@ -34,11 +33,16 @@ func unreachableError(image, layer, via string, err error) error {
 	fmt.Fprintf(&b, "%s cannot be fetched: %v\n", what, err)
 	b.WriteString("ways around it:\n")
 	fmt.Fprintf(&b, "  - a registry mirror that has it: %s=%s=MIRROR-HOST[/PREFIX] (comma-separated, http:// for plain HTTP)\n", MirrorsEnv, reg)
-	fmt.Fprintf(&b, "  - import a pre-fetched copy into the local store: builder cache import %s OCI-LAYOUT-DIR|OCI-ARCHIVE.tar\n", image)
-	if layer != "" {
-		fmt.Fprintf(&b, "  - leave the layer out: builder build --exclude-layer %s (recorded in the manifest's excludedLayers)", layer)
+	if strings.Contains(image, "@") {
+		fmt.Fprintf(&b, "  - import a pre-fetched copy into the local store: builder cache import %s OCI-LAYOUT-DIR|OCI-ARCHIVE.tar\n", image)
 	} else {
-		b.WriteString("  - leave its layer out: builder build --exclude-layer LAYER (recorded in the manifest's excludedLayers)")
+		// A tag resolves only at a registry: the store is keyed by digest.
+		fmt.Fprintf(&b, "  - import a pre-fetched copy (builder cache import %s@sha256:DIGEST OCI-LAYOUT-DIR|OCI-ARCHIVE.tar) and pin that digest in the layer (%s@sha256:DIGEST)\n", image, image)
+	}
+	if layer != "" {
+		fmt.Fprintf(&b, "  - leave the layer out: --exclude-layer %s (build: recorded in the manifest's excludedLayers; lock: nothing recorded for it)", layer)
+	} else {
+		b.WriteString("  - leave its layer out: --exclude-layer LAYER (build: recorded in the manifest's excludedLayers; lock: nothing recorded for it)")
 	}
 	return &SourceUnreachableError{Image: image, Layer: layer, msg: b.String(), err: err}
 }
@@ -89,18 +93,21 @@ func PreflightOCI(ctx context.Context, r *recipe.Recipe, cacheDir string) error 
 }
 
 func preflightOne(ctx context.Context, st *OCIStore, stErr error, mirrors RegistryMirrors, layer, image, arch string) error {
-	ref, err := name.NewDigest(image)
+	// A build pins every source first (see pinSources); a tag here is
+	// checked for reachability all the same.
+	ref, err := name.ParseReference(image)
 	if err != nil {
-		return fmt.Errorf("layer %s: oci image %q: must be pinned by digest: %w", layer, image, err)
+		return fmt.Errorf("layer %s: oci image %q: %w", layer, image, err)
 	}
-	if stErr == nil {
-		if _, err := st.Image(ref, v1.Platform{OS: "linux", Architecture: arch}); err == nil {
+	digest, pinned := ref.(name.Digest)
+	if pinned && stErr == nil {
+		if _, err := st.Image(digest, v1.Platform{OS: "linux", Architecture: arch}); err == nil {
 			return nil
 		} else if !errors.Is(err, ErrNotInStore) {
 			return fmt.Errorf("layer %s: %w", layer, err)
 		}
 	}
-	pull, via, err := mirrors.Rewrite(ref)
+	pull, via, err := mirrors.RewriteRef(ref)
 	if err != nil {
 		return err
 	}
@@ -114,7 +121,7 @@ func preflightOne(ctx context.Context, st *OCIStore, stErr error, mirrors Regist
 	if err != nil {
 		return unreachableError(image, layer, via, err)
 	}
-	if desc.Digest.String() != ref.DigestStr() {
+	if pinned && desc.Digest.String() != digest.DigestStr() {
 		return unreachableError(image, layer, via, fmt.Errorf("registry serves digest %s for it", desc.Digest))
 	}
 	return nil

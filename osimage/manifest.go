@@ -34,8 +34,24 @@ type BuildManifest struct {
 	Layers         []string `json:"layers"`
 	ExcludedLayers []string `json:"excludedLayers,omitempty"`
 	// Packages maps each installed Debian package to its version.
-	Packages  map[string]string `json:"packages,omitempty"`
-	Artifacts []Artifact        `json:"artifacts"`
+	Packages map[string]string `json:"packages,omitempty"`
+	// Sources are the OCI images and Go modules built in, each with the
+	// digest used and where that digest came from.
+	Sources   []Source   `json:"sources,omitempty"`
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is
+// as the recipe names it; Digest the image digest or module sum used;
+// Origin "recipe" (pinned in the layer file), "lock" (the recipe's lock
+// file) or "resolved" (neither: resolved by this build, not reproducible
+// until locked).
+type Source struct {
+	Layer  string `json:"layer"`
+	Kind   string `json:"kind"`
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+	Origin string `json:"origin"`
 }
 
 // Artifact is one file of an output directory.

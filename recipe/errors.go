@@ -113,3 +113,7 @@ func (p *problems) err() error {
 	}
 	return errors.Join(errs...)
 }
+
+// DisplayPath is a path as errors show it: relative to the working
+// directory when below it, else as given.
+func DisplayPath(abs string) string { return displayPath(abs) }

@@ -34,6 +34,9 @@ type sources struct {
 	// tree is the recipe's tree with symlinks resolved: files[].source
 	// must stay inside it (see checkSource).
 	tree string
+	// all is every resolved layer before exclusions: a lock covers the
+	// sources of excluded layers too.
+	all []*Layer
 }
 
 // Load reads the recipe at path, resolves its layers and their includes,
@@ -88,6 +91,7 @@ func Load(path string) (*Recipe, error) {
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	r.src.all = slices.Clone(r.Resolved)
 	if err := r.ExcludeLayers(exclude...); err != nil {
 		return nil, err
 	}

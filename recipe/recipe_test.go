@@ -211,7 +211,7 @@ func TestLoadErrors(t *testing.T) {
 		{"duplicate-layer-names", `two.yaml:2: name: duplicate layer name "same", also used by testdata/errors/duplicate-layer-names/one.yaml:1`},
 		{"unknown-unit", `layer.yaml:4: units[1].name: unit "foo.service" not found in ../../units`},
 		{"unit-without-install", `layer.yaml:4: units[0].enable: unit "static.service" cannot be enabled`},
-		{"oci-without-digest", `layer.yaml:3: oci[0].image: "ghcr.io/example/tools:v1" must be pinned by digest`},
+		{"oci-bad-ref", `layer.yaml:3: oci[0].image: "ghcr.io/example/tools" names no tag or digest`},
 		{"go-latest", `layer.yaml:4: go[0].version: "latest" is not an exact module version`},
 		{"bad-mode", `layer.yaml:5: files[0].mode: "0999" is not an octal mode`},
 		{"source-outside-tree", `layer.yaml:4: files[0].source: "../../units/hello.service" resolves to testdata/units/hello.service, outside the recipe's tree testdata/errors/source-outside-tree`},

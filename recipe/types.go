@@ -159,8 +159,9 @@ type Group struct {
 
 // OCISource copies paths out of an OCI image's flattened filesystem.
 type OCISource struct {
-	// Image reference; must carry a digest (name@sha256:... or
-	// name:tag@sha256:...) so that what is built is what was reviewed.
+	// Image reference with an explicit registry: host/repo:tag, pinned to
+	// a digest by the recipe's lock file, or host/repo[:tag]@sha256:...,
+	// pinned here (and the lock must agree).
 	Image string `json:"image"`
 	// Paths maps a path in the image to a path in the built OS.
 	Paths map[string]string `json:"paths"`
@@ -173,10 +174,10 @@ type GoBuild struct {
 	Module string `json:"module"`
 	// Version, an exact module version (no "latest"). Required.
 	Version string `json:"version"`
-	// Sum is the module's go.sum hash ("h1:..."). When set, the download is
-	// checked against it instead of the checksum database (for modules the
-	// database does not know); dependencies are always checked against the
-	// module's own go.sum.
+	// Sum is the module's go.sum hash ("h1:..."). Usually left to the
+	// recipe's lock file; when set here the lock must agree. The download
+	// is checked against the pinned sum; dependencies are always checked
+	// against the module's own go.sum.
 	Sum string `json:"sum,omitempty"`
 	// Package inside the module, e.g. "./cmd/libvirt-provider"; default ".".
 	Package string `json:"package,omitempty"`

@@ -382,19 +382,30 @@ func checkCmdline(p *problems, doc *document, field, v string) {
 	}
 }
 
-// checkImageRef requires a digest-pinned reference so that what is built is
-// what was reviewed.
+// checkImageRef requires an image reference that names a tag or a digest
+// on an explicit registry: a tag is pinned by the recipe's lock file
+// (`builder lock`), a digest pins the image in the recipe itself.
 func checkImageRef(p *problems, doc *document, field, ref string) {
 	if ref == "" {
 		p.addf(doc, field, "required")
 		return
 	}
-	if !strings.Contains(ref, "@sha256:") {
-		p.addf(doc, field, "%q must be pinned by digest (name@sha256:...)", ref)
+	if !strings.Contains(ref, "@") && !strings.Contains(ref[strings.LastIndex(ref, "/")+1:], ":") {
+		p.addf(doc, field, "%q names no tag or digest: write host/repo:tag (pinned by the lock, see `builder lock`) or host/repo@sha256:...", ref)
 		return
 	}
-	if _, err := name.NewDigest(ref); err != nil {
-		p.add(doc, field, err, fmt.Sprintf("%q is not a valid image reference: %v", ref, err))
+	var err error
+	if strings.Contains(ref, "@") {
+		if !strings.Contains(ref, "@sha256:") {
+			p.addf(doc, field, "%q: the digest must be sha256 (name@sha256:...)", ref)
+			return
+		}
+		_, err = name.NewDigest(ref, name.StrictValidation)
+	} else {
+		_, err = name.NewTag(ref, name.StrictValidation)
+	}
+	if err != nil {
+		p.add(doc, field, err, fmt.Sprintf("%q is not an image reference with a tag (host/repo:tag) or digest (host/repo@sha256:...): %v", ref, err))
 	}
 }
 

@@ -115,7 +115,7 @@ refused before the build starts, because the swap deletes what it held.`,
 				return usageError{err}
 			}
 			if err != nil {
-				return err
+				return lockUsage(err)
 			}
 			if asJSON {
 				return json.NewEncoder(stdout).Encode(m)
@@ -134,6 +134,7 @@ refused before the build starts, because the swap deletes what it held.`,
 	f.BoolVar(&opts.NoCache, "no-cache", false, "run every step; neither read nor fill the cache")
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
+	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")
 	f.BoolVar(&asJSON, "json", false, "print the build manifest as JSON")
 	f.StringVar(&opts.SignKey, "sign-key", "", "PEM private key to sign UKIs for Secure Boot (see 'builder genkey')")
 	f.StringVar(&opts.SignCert, "sign-cert", "", "PEM certificate for --sign-key")
