@@ -31,9 +31,10 @@ builder: ## build bin/builder, bin/serverboot, bin/redfish-emulator
 # machine cannot reach: it is left out visibly, and the manifest says so.
 HYPERVISOR_FLAGS ?= --exclude-layer dpservice
 
+# --locked: CI builds exactly what the committed locks pin.
 test-image: setup builder
-	bin/builder build recipes/test.yaml --output out/test
-	bin/builder build recipes/hypervisor.yaml $(HYPERVISOR_FLAGS) --output out/hypervisor
+	bin/builder build recipes/test.yaml --locked --output out/test
+	bin/builder build recipes/hypervisor.yaml $(HYPERVISOR_FLAGS) --locked --output out/hypervisor
 
 # integrations/metal-operator is a module of its own (Kubernetes stays out
 # of the main module); sum.golang.org is not asked about ironcore-dev modules.

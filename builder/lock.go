@@ -111,7 +111,7 @@ func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(f
 		default:
 			d, err := resolveSource(ctx, s, r.Base.Architecture)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%s: %w", s.Where(), err)
 			}
 			s.Pin(d)
 			src.Digest, src.Origin = d, OriginResolved
