@@ -330,6 +330,10 @@ func TestLockGoModule(t *testing.T) {
 	if r.Resolved[0].Go[0].Sum != sum || len(srcs) != 1 || srcs[0].Origin != OriginLock {
 		t.Errorf("pinned sum %q, sources %+v", r.Resolved[0].Go[0].Sum, srcs)
 	}
+	// A second build of the same recipe value still takes it from the lock.
+	if srcs, err := PinSources(context.Background(), r, true, t.Logf); err != nil || len(srcs) != 1 || srcs[0].Origin != OriginLock {
+		t.Errorf("second PinSources: %+v, %v", srcs, err)
+	}
 
 	layer("v0.0.0-20250101000000-000000000000")
 	_, err = PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)

@@ -170,6 +170,16 @@ func TestSourcesAndStale(t *testing.T) {
 	if app.OCI[0].Image != "ghcr.io/example/tools:v1@"+digestB || app.OCI[1].Image != "ghcr.io/example/pinned:v2@"+digestB || app.Go[0].Sum != sumA {
 		t.Errorf("after Pin: %+v %+v", app.OCI, app.Go)
 	}
+	// What Pin set is not the file's own digest: listed again, the sources
+	// are as the files have them (a second build of the same recipe value
+	// looks them up in the lock again).
+	var again []src
+	for _, s := range r.Sources() {
+		again = append(again, src{s.Layer, string(s.Kind), s.Ref, s.Digest, s.Excluded, s.Where()})
+	}
+	if !reflect.DeepEqual(again, want) {
+		t.Errorf("Sources after Pin:\n%+v\nwant:\n%+v", again, want)
+	}
 }
 
 // TestShippedLocks: the committed locks parse, are in canonical form (as

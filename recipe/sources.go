@@ -46,10 +46,12 @@ func (r *Recipe) Sources() []Source {
 		}
 		for i, o := range l.OCI {
 			ref, digest, _ := strings.Cut(o.Image, "@")
-			out = append(out, Source{Layer: l.Name, Kind: SourceOCI, Ref: ref, Digest: digest, Excluded: excluded, layer: l, index: i, doc: doc})
+			s := Source{Layer: l.Name, Kind: SourceOCI, Ref: ref, Digest: digest, Excluded: excluded, layer: l, index: i, doc: doc}
+			out = append(out, s.unpinned())
 		}
 		for i, g := range l.Go {
-			out = append(out, Source{Layer: l.Name, Kind: SourceGo, Ref: g.Module + "@" + g.Version, Digest: g.Sum, Excluded: excluded, layer: l, index: i, doc: doc})
+			s := Source{Layer: l.Name, Kind: SourceGo, Ref: g.Module + "@" + g.Version, Digest: g.Sum, Excluded: excluded, layer: l, index: i, doc: doc}
+			out = append(out, s.unpinned())
 		}
 	}
 	return out
@@ -88,12 +90,27 @@ func (s Source) String() string {
 	return fmt.Sprintf("layer %s: %s %s", s.Layer, s.Kind, s.Ref)
 }
 
+// unpinned reports the file's own digest, not one Pin set.
+func (s Source) unpinned() Source {
+	if d, ok := s.layer.filePins[s.field()]; ok {
+		s.Digest = d
+	}
+	return s
+}
+
 // Pin makes the source's layer use digest: the image becomes Ref@digest,
 // the module's sum digest. The recipe's own digest, if any, is replaced,
-// so callers pin only what the recipe leaves open or agrees with.
+// so callers pin only what the recipe leaves open or agrees with. Sources
+// goes on listing the digest the file gives.
 func (s Source) Pin(digest string) {
 	if s.layer == nil {
 		return
+	}
+	if s.layer.filePins == nil {
+		s.layer.filePins = map[string]string{}
+	}
+	if _, ok := s.layer.filePins[s.field()]; !ok {
+		s.layer.filePins[s.field()] = s.unpinned().Digest
 	}
 	if s.Kind == SourceOCI {
 		s.layer.OCI[s.index].Image = s.Ref + "@" + digest

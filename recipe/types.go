@@ -113,6 +113,10 @@ type Layer struct {
 
 	// Path is the file this layer was loaded from. Filled by Load.
 	Path string `json:"path,omitempty"`
+
+	// filePins holds, for each source (by field) Source.Pin changed, the
+	// digest the file itself gave ("" for none): Sources reports that one.
+	filePins map[string]string
 }
 
 // File copies a file or directory tree from the repository into the image.
