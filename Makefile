@@ -58,7 +58,11 @@ FUZZTIME ?= 10s
 fuzz:
 	FUZZTIME=$(FUZZTIME) ci/fuzz.sh
 
+# The anchor bench/ compares against: mkosi 14 and what it runs.
+BENCH_PACKAGES := mkosi debootstrap systemd-container
+
 bench: setup builder ## benchmarks (see README)
+	@$(MAKE) --no-print-directory setup HOST_PACKAGES="$(BENCH_PACKAGES)"
 	OSB_TEST_OUTPUT=$(CURDIR)/out/test $(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 hypervisor: setup builder ## the main job
