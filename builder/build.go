@@ -47,6 +47,9 @@ type Options struct {
 	// SourceDateEpoch fixes every timestamp; 0 means $SOURCE_DATE_EPOCH or
 	// DefaultSourceDateEpoch.
 	SourceDateEpoch int64
+	// Init supplies the initrd's init; nil builds it from source
+	// (initrd.SourceInit). cmd/builder passes the init it carries.
+	Init InitSource
 }
 
 // DefaultCacheDir is $OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else
@@ -126,6 +129,7 @@ type build struct {
 	run   Runner
 	work  string
 	log   *Reporter
+	init  string // the init's host path, once written
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
@@ -137,6 +141,12 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
+	// So must a builder that cannot get its init.
+	initBin, err := buildInit(ctx, b.opts.Init, b.work, b.r.Base.Architecture, b.log)
+	if err != nil {
+		return nil, err
+	}
+	b.init = initBin
 	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
 	bootIn, err := boot.Inputs()
 	if err != nil {
@@ -151,10 +161,6 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		return nil, err
 	}
 	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, bootstrapKey: bootIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
-	if err != nil {
-		return nil, err
-	}
-	initBin, err := buildInit(ctx, b.work, b.r.Base.Architecture)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +309,10 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 	if err != nil {
 		return nil, err
 	}
+	init, err := initInfo(b.init)
+	if err != nil {
+		return nil, err
+	}
 	var layers []string
 	for _, l := range b.r.Resolved {
 		layers = append(layers, l.Name)
@@ -317,6 +327,7 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		Layers:          layers,
 		ExcludedLayers:  b.r.Exclude,
 		Packages:        pkgs,
+		Init:            init,
 		Artifacts:       arts,
 	}, nil
 }

@@ -34,8 +34,18 @@ type BuildManifest struct {
 	Layers         []string `json:"layers"`
 	ExcludedLayers []string `json:"excludedLayers,omitempty"`
 	// Packages maps each installed Debian package to its version.
-	Packages  map[string]string `json:"packages,omitempty"`
-	Artifacts []Artifact        `json:"artifacts"`
+	Packages map[string]string `json:"packages,omitempty"`
+	// Init is the initrd's init the build used.
+	Init      *InitInfo  `json:"init,omitempty"`
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// InitInfo identifies the init (cmd/init) inside the initrds: whichever way
+// the builder got it (carried inside, built from a source tree or from the
+// module), the same sha256 means the same init.
+type InitInfo struct {
+	SHA256    string `json:"sha256"`              // hex
+	GoVersion string `json:"goVersion,omitempty"` // the toolchain that built it
 }
 
 // Artifact is one file of an output directory.
