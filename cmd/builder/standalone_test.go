@@ -82,6 +82,24 @@ func TestStandaloneBuilder(t *testing.T) {
 	if m.Init == nil || m.Init.SHA256 != testutil.FileSHA256(t, want) || m.Init.GoVersion == "" {
 		t.Errorf("manifest init %+v, want sha256 %s of the source tree's init", m.Init, testutil.FileSHA256(t, want))
 	}
+	// Every artifact the test recipe's outputs make, as the manifest says.
+	kinds := map[osimage.ArtifactKind]bool{}
+	for _, a := range m.Artifacts {
+		kinds[a.Kind] = true
+		fi, err := os.Stat(filepath.Join(work, "out", a.Path))
+		if err != nil || fi.Size() != a.Size {
+			t.Errorf("%s: %v, manifest says %d bytes", a.Path, err, a.Size)
+		}
+	}
+	for _, k := range []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindInitrdNoRoot,
+		osimage.KindCmdline, osimage.KindUKI, osimage.KindDisk, osimage.KindISO} {
+		if !kinds[k] {
+			t.Errorf("manifest lists no %s", k)
+		}
+	}
+	if a := artifact(t, &m, osimage.KindInitrdNoRoot); testutil.FileSHA256(t, filepath.Join(work, "out", a.Path)) != a.SHA256 {
+		t.Errorf("%s: sha256 differs from the manifest's", a.Path)
+	}
 	var printed osimage.BuildManifest
 	if err := json.Unmarshal(stdout.Bytes(), &printed); err != nil || printed.Init == nil || printed.Init.SHA256 != m.Init.SHA256 {
 		t.Errorf("--json printed init %+v (%v)", printed.Init, err)
