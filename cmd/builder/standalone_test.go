@@ -41,10 +41,12 @@ func TestStandaloneBuilder(t *testing.T) {
 	src := filepath.Join(filepath.Dir(self), "..", "..")
 
 	bin := t.TempDir()
+	start := time.Now()
 	mk := exec.CommandContext(ctx, makeBin, "-C", src, "builder", "BIN="+bin)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make builder: %v\n%s", err, out)
 	}
+	t.Logf("make builder: %v", time.Since(start).Round(time.Millisecond))
 
 	// The recipe and its files, copied away from the source tree.
 	work := t.TempDir()
@@ -59,9 +61,11 @@ func TestStandaloneBuilder(t *testing.T) {
 	cmd.Env = append(envWithout("PATH", "GOROOT", initrd.SourceDirEnv), "PATH="+path)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start = time.Now()
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("builder build: %v\n%s", err, stderr.String())
 	}
+	t.Logf("builder build: %v", time.Since(start).Round(time.Millisecond))
 	if !strings.Contains(stderr.String(), "init: carried by the builder") {
 		t.Errorf("build log does not say the init was carried:\n%s", stderr.String())
 	}
