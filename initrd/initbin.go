@@ -70,12 +70,12 @@ func (SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, e
 	if os.Getenv(SourceDirEnv) != "" {
 		return "", srcErr // asked for a tree that is not one: say so
 	}
-	version, verErr := ownVersion()
-	if verErr != nil {
-		return "", fmt.Errorf("%w: this builder carries no init (use one from `make builder`) and cannot build one: %w; nor fetch one: %w", ErrNoInit, srcErr, verErr)
+	version, err := ownVersion()
+	if err == nil {
+		err = BuildModuleInit(ctx, version, path, goarch)
 	}
-	if err := BuildModuleInit(ctx, version, path, goarch); err != nil {
-		return "", err
+	if err != nil {
+		return "", fmt.Errorf("%w: this builder carries none (use one from `make builder`) and cannot build one: %w; nor from the module at its own version: %w", ErrNoInit, srcErr, err)
 	}
 	return "built from " + ModulePath + "@" + version, nil
 }
