@@ -123,13 +123,13 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 }
 
 type build struct {
-	r        *recipe.Recipe
-	opts     Options
-	epoch    int64
-	run      Runner
-	work     string
-	log      *Reporter
-	initPath string // the init's host path, once written
+	r     *recipe.Recipe
+	opts  Options
+	epoch int64
+	run   Runner
+	work  string
+	log   *Reporter
+	init  string // the init's host path, once written
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
@@ -146,7 +146,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.initPath = initBin
+	b.init = initBin
 	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
 	bootIn, err := boot.Inputs()
 	if err != nil {
@@ -309,7 +309,7 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 	if err != nil {
 		return nil, err
 	}
-	initMeta, err := initInfo(b.initPath)
+	initMeta, err := initInfo(b.init)
 	if err != nil {
 		return nil, err
 	}
