@@ -49,6 +49,9 @@ type Options struct {
 	SourceDateEpoch int64
 	// Locked builds only sources the recipe's lock pins (see PinSources).
 	Locked bool
+	// Init supplies the initrd's init; nil builds it from source
+	// (initrd.SourceInit). cmd/builder passes the init it carries.
+	Init InitSource
 }
 
 // DefaultCacheDir is $OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else
@@ -130,6 +133,7 @@ type build struct {
 	log   *Reporter
 	// pinned lists the sources with their digests, for the manifest.
 	pinned []osimage.Source
+	init   string // the init's host path, once written
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
@@ -146,6 +150,12 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
+	// So must a builder that cannot get its init.
+	initBin, err := buildInit(ctx, b.opts.Init, b.work, b.r.Base.Architecture, b.log)
+	if err != nil {
+		return nil, err
+	}
+	b.init = initBin
 	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
 	bootIn, err := boot.Inputs()
 	if err != nil {
@@ -160,10 +170,6 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		return nil, err
 	}
 	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, bootstrapKey: bootIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
-	if err != nil {
-		return nil, err
-	}
-	initBin, err := buildInit(ctx, b.work, b.r.Base.Architecture)
 	if err != nil {
 		return nil, err
 	}
@@ -312,6 +318,10 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 	if err != nil {
 		return nil, err
 	}
+	initMeta, err := initInfo(b.init)
+	if err != nil {
+		return nil, err
+	}
 	var layers []string
 	for _, l := range b.r.Resolved {
 		layers = append(layers, l.Name)
@@ -327,6 +337,7 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		ExcludedLayers:  b.r.Exclude,
 		Packages:        pkgs,
 		Sources:         b.pinned,
+		Init:            initMeta,
 		Artifacts:       arts,
 	}, nil
 }

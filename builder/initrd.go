@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"debug/buildinfo"
 	"fmt"
 	"os"
 	"path"
@@ -12,6 +13,7 @@ import (
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
+	"github.com/ironcore-dev/os-builder/osimage"
 )
 
 const initrdVersion = "2"
@@ -124,8 +126,34 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 	})
 }
 
-// buildInit compiles the initrd's init for this build.
-func buildInit(ctx context.Context, work, arch string) (string, error) {
+// InitSource supplies the initrd's init (Options.Init).
+type InitSource = initrd.InitSource
+
+// buildInit writes the initrd's init for this build into work: from src
+// (cmd/builder passes the init it carries), else built from source.
+func buildInit(ctx context.Context, src InitSource, work, arch string, log *Reporter) (string, error) {
+	if src == nil {
+		src = initrd.SourceInit{}
+	}
 	p := filepath.Join(work, "init")
-	return p, initrd.BuildInitBinary(ctx, p, arch)
+	from, err := src.WriteInit(ctx, p, arch)
+	if err != nil {
+		return "", err
+	}
+	log.Infof("init: %s", from)
+	return p, nil
+}
+
+// initInfo describes the init for the manifest: enough to check that a
+// rebuild used the same one.
+func initInfo(p string) (*osimage.InitInfo, error) {
+	d, err := digestFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("init: %w", err)
+	}
+	info := &osimage.InitInfo{SHA256: d}
+	if bi, err := buildinfo.ReadFile(p); err == nil {
+		info.GoVersion = bi.GoVersion
+	}
+	return info, nil
 }

@@ -2,12 +2,10 @@ package initrd
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -20,88 +18,12 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
-// ModulePath is this module's path; BuildInitBinary looks for its go.mod.
-const ModulePath = "github.com/ironcore-dev/os-builder"
-
-// SourceDirEnv, when set, names the os-builder source tree to build the init
-// from, for builders run outside of it.
-const SourceDirEnv = "OSB_SOURCE_DIR"
-
-// FindSourceDir returns the root of the os-builder source tree: $OSB_SOURCE_DIR,
-// or the first directory from the working directory upwards whose go.mod
-// declares ModulePath.
-func FindSourceDir() (string, error) {
-	if d := os.Getenv(SourceDirEnv); d != "" {
-		if !isModuleRoot(d) {
-			return "", fmt.Errorf("initrd: $%s=%s holds no go.mod for %s", SourceDirEnv, d, ModulePath)
-		}
-		return d, nil
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("initrd: %w", err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if isModuleRoot(d) {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("initrd: no go.mod for %s in %s or above; run inside the source tree or set $%s", ModulePath, wd, SourceDirEnv)
-		}
-	}
-}
-
-func isModuleRoot(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
-			return f[1] == ModulePath
-		}
-	}
-	return false
-}
-
-// BuildInitBinary builds cmd/init of this module as a static binary for
-// goarch ("" means amd64) into outPath. The build is reproducible: no cgo,
-// -trimpath, no build id, no VCS stamp (so unrelated commits do not change
-// the initrd's bytes), and a fixed GOAMD64 level rather than whatever the
-// environment says.
-func BuildInitBinary(ctx context.Context, outPath, goarch string) error {
-	if goarch == "" {
-		goarch = "amd64"
-	}
-	src, err := FindSourceDir()
-	if err != nil {
-		return err
-	}
-	out, err := filepath.Abs(outPath)
-	if err != nil {
-		return fmt.Errorf("initrd: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", out, "./cmd/init")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(),
-		"CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch,
-		"GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=", "GOEXPERIMENT=",
-	)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("initrd: go build ./cmd/init in %s: %w\n%s", src, err, stderr.String())
-	}
-	return nil
-}
-
 // AssembleOptions describe an initrd.
 type AssembleOptions struct {
 	// Output is the initrd file to write. It is written to a temporary file
 	// next to it and renamed into place, so it is either complete or absent.
 	Output string
-	// InitBinary is the host path of the init (see BuildInitBinary).
+	// InitBinary is the host path of the init (see InitSource).
 	InitBinary string
 	// RootFS is the OS tree whose kernel modules go into the initrd.
 	RootFS string

@@ -37,7 +37,9 @@ type BuildManifest struct {
 	Packages map[string]string `json:"packages,omitempty"`
 	// Sources are the OCI images and Go modules built in, each with the
 	// digest used and where that digest came from.
-	Sources   []Source   `json:"sources,omitempty"`
+	Sources []Source `json:"sources,omitempty"`
+	// Init is the initrd's init the build used.
+	Init      *InitInfo  `json:"init,omitempty"`
 	Artifacts []Artifact `json:"artifacts"`
 }
 
@@ -52,6 +54,14 @@ type Source struct {
 	Ref    string `json:"ref"`
 	Digest string `json:"digest"`
 	Origin string `json:"origin"`
+}
+
+// InitInfo identifies the init (cmd/init) inside the initrds: whichever way
+// the builder got it (carried inside, built from a source tree or from the
+// module), the same sha256 means the same init.
+type InitInfo struct {
+	SHA256    string `json:"sha256"`              // hex
+	GoVersion string `json:"goVersion,omitempty"` // the toolchain that built it
 }
 
 // Artifact is one file of an output directory.

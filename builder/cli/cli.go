@@ -110,6 +110,7 @@ refused before the build starts, because the swap deletes what it held.`,
 				return err
 			}
 			opts.Progress = stderr
+			opts.Init = Init
 			m, err := builder.Build(cmd.Context(), r, opts)
 			if errors.Is(err, builder.ErrOutputNotOurs) {
 				return usageError{err}

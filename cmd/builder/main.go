@@ -7,4 +7,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/cli"
 )
 
-func main() { os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	cli.Init = carriedInit()
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/gpt"
 )
 
 // First boot of disk.raw on a disk bigger than the image (dd onto a server
@@ -25,21 +27,21 @@ const ext4IocResizeFS = 0x40086610
 // of size bytes when it is the last partition and there is at least a MiB
 // to gain. It returns the grown entry with its old and new end in bytes,
 // or nil when nothing grows.
-func growDataEntry(t *gptTable, size int64) (p *gptPartition, oldEnd, newEnd int64) {
+func growDataEntry(t *gpt.Table, size int64) (p *gpt.Partition, oldEnd, newEnd int64) {
 	ss := int64(t.SectorSize)
-	data := t.byName(partLabelData)
+	data := t.ByName(partLabelData)
 	if data == nil {
 		return nil, 0, 0
 	}
-	start, end := data.byteRange(t.SectorSize)
+	start, end := data.ByteRange(t.SectorSize)
 	for i := range t.Partitions {
 		if q := &t.Partitions[i]; q != data {
-			if _, e := q.byteRange(t.SectorSize); e > end {
+			if _, e := q.ByteRange(t.SectorSize); e > end {
 				return nil, 0, 0 // not last: growing would need moving
 			}
 		}
 	}
-	_, last := t.usable(size)
+	_, last := t.Usable(size)
 	usableEnd := int64(last+1) * ss / mib * mib
 	if usableEnd-end < mib || usableEnd <= start {
 		return nil, 0, 0
@@ -53,13 +55,13 @@ func growDataEntry(t *gptTable, size int64) (p *gptPartition, oldEnd, newEnd int
 // and the backup header at the disk's last sector. It writes only when
 // something changes, backup first, primary last. It returns the grown
 // entry (nil if none) and whether the backup was moved.
-func fitGPTToDisk(f *os.File, ss int, size int64) (grown *gptPartition, oldEnd, newEnd int64, moved bool, err error) {
-	t, err := readGPT(f, ss, size)
+func fitGPTToDisk(f *os.File, ss int, size int64) (grown *gpt.Partition, oldEnd, newEnd int64, moved bool, err error) {
+	t, err := gpt.Read(f, ss, size)
 	if err != nil {
 		return nil, 0, 0, false, fmt.Errorf("read the GPT of %s: %w", f.Name(), err)
 	}
 	lastLBA := uint64(size/int64(ss)) - 1
-	_, backupErr := readGPTAt(f, ss, lastLBA)
+	_, backupErr := gpt.ReadAt(f, ss, lastLBA)
 	moved = backupErr != nil
 	grown, oldEnd, newEnd = growDataEntry(t, size)
 	if grown == nil && !moved {
@@ -116,7 +118,7 @@ func (i *initProcess) fitDisk(rootDev string) error {
 	if grown == nil {
 		return nil
 	}
-	start, _ := grown.byteRange(ss)
+	start, _ := grown.ByteRange(ss)
 	i.logf("persist: grew %s (partition %d of %s) to the end of the disk: %d -> %d MiB", partLabelData, grown.Index, disk, (oldEnd-start)/mib, (newEnd-start)/mib)
 	return resizeKernelPartition(f, grown.Index, start, newEnd-start)
 }

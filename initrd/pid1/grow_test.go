@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ironcore-dev/os-builder/diskimage"
+	"github.com/ironcore-dev/os-builder/initrd/gpt"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -107,32 +108,32 @@ func TestFitGPTToDisk(t *testing.T) {
 
 // TestGrowDataEntry: osb-data grows only when it is the last partition.
 func TestGrowDataEntry(t *testing.T) {
-	part := func(idx int, name string, first, last uint64) gptPartition {
-		return gptPartition{Index: idx, Name: name, Type: mustGUID(gptTypeLinuxVa), FirstLBA: first, LastLBA: last}
+	part := func(idx int, name string, first, last uint64) gpt.Partition {
+		return gpt.Partition{Index: idx, Name: name, Type: gpt.MustGUID(gpt.TypeLinuxVar), FirstLBA: first, LastLBA: last}
 	}
 	const size = 1 << 30
 	tests := []struct {
 		name  string
-		parts []gptPartition
+		parts []gpt.Partition
 		want  bool
 	}{
-		{"last", []gptPartition{part(2, partLabelRoot, 2048, 4095), part(3, partLabelData, 4096, 8191)}, true},
-		{"not last", []gptPartition{part(3, partLabelData, 4096, 8191), part(4, "osb-other", 8192, 10239)}, false},
-		{"no data", []gptPartition{part(2, partLabelRoot, 2048, 4095)}, false},
-		{"already at the end", []gptPartition{part(3, partLabelData, 4096, size/512-2049)}, false},
+		{"last", []gpt.Partition{part(2, partLabelRoot, 2048, 4095), part(3, partLabelData, 4096, 8191)}, true},
+		{"not last", []gpt.Partition{part(3, partLabelData, 4096, 8191), part(4, "osb-other", 8192, 10239)}, false},
+		{"no data", []gpt.Partition{part(2, partLabelRoot, 2048, 4095)}, false},
+		{"already at the end", []gpt.Partition{part(3, partLabelData, 4096, size/512-2049)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tab := &gptTable{SectorSize: 512, Partitions: tc.parts}
+			tab := &gpt.Table{SectorSize: 512, Partitions: tc.parts}
 			p, _, end := growDataEntry(tab, size)
 			if (p != nil) != tc.want {
 				t.Fatalf("grown %v, want %v", p != nil, tc.want)
 			}
 			if p != nil {
-				if end != size-mib || p.LastLBA != uint64(end/512)-1 || tab.byName(partLabelData).LastLBA != p.LastLBA {
+				if end != size-mib || p.LastLBA != uint64(end/512)-1 || tab.ByName(partLabelData).LastLBA != p.LastLBA {
 					t.Errorf("grown to byte %d, LBA %d; want the last usable MiB", end, p.LastLBA)
 				}
-				if _, _, _, err := tab.encode(size); err != nil {
+				if _, _, _, err := tab.Encode(size); err != nil {
 					t.Error(err)
 				}
 			}
@@ -195,11 +196,11 @@ func TestExt4GeometryOfDiskImage(t *testing.T) {
 	}
 	defer f.Close()
 	fi, _ := f.Stat()
-	tab, err := readGPT(f, 512, fi.Size())
+	tab, err := gpt.Read(f, 512, fi.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, end := tab.byName(partLabelData).byteRange(512)
+	start, end := tab.ByName(partLabelData).ByteRange(512)
 	sb := make([]byte, 1024)
 	if _, err := f.ReadAt(sb, start+1024); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/gpt"
 )
 
 // Install mode writes the disk image to the target disk:
@@ -40,32 +42,32 @@ const imageHeaderLen = 1 << 20
 
 // installPlan is what gets written where.
 type installPlan struct {
-	table    *gptTable // the final table
-	interim  *gptTable // the table written before the data
+	table    *gpt.Table // the final table
+	interim  *gpt.Table // the table written before the data
 	ranges   [][2]int64
 	total    int64 // bytes to write
-	preserve *gptPartition
+	preserve *gpt.Partition
 }
 
 // planInstall checks the image's table against the disk and returns the
 // plan. keep is the disk's preserved osb-data partition, or nil.
-func planInstall(image *gptTable, diskSectorSize int, diskSize int64, keep *gptPartition) (*installPlan, error) {
-	esp, root := image.byName(partLabelESP), image.byName(partLabelRoot)
+func planInstall(image *gpt.Table, diskSectorSize int, diskSize int64, keep *gpt.Partition) (*installPlan, error) {
+	esp, root := image.ByName(partLabelESP), image.ByName(partLabelRoot)
 	if esp == nil || root == nil {
 		return nil, fmt.Errorf("the image's GPT lacks an %s or %s partition; is it an os-builder disk image?", partLabelESP, partLabelRoot)
 	}
-	final := &gptTable{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
-	interim := &gptTable{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
-	_, lastUsable := final.usable(diskSize)
+	final := &gpt.Table{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
+	interim := &gpt.Table{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
+	_, lastUsable := final.Usable(diskSize)
 	limit := int64(lastUsable+1) * int64(diskSectorSize)
 	limitWhat := "the end of the disk"
 	if keep != nil {
-		limit, _ = keep.byteRange(diskSectorSize)
+		limit, _ = keep.ByteRange(diskSectorSize)
 		limitWhat = "the preserved " + partLabelData + " partition"
 	}
 	p := &installPlan{table: final, interim: interim, preserve: keep}
-	for _, src := range []*gptPartition{esp, root} {
-		start, end := src.byteRange(image.SectorSize)
+	for _, src := range []*gpt.Partition{esp, root} {
+		start, end := src.ByteRange(image.SectorSize)
 		if start%int64(diskSectorSize) != 0 || end%int64(diskSectorSize) != 0 {
 			return nil, fmt.Errorf("the image's %s partition is not aligned to the disk's %d-byte sectors", src.Name, diskSectorSize)
 		}
@@ -91,8 +93,8 @@ func planInstall(image *gptTable, diskSectorSize int, diskSize int64, keep *gptP
 		interim.Partitions = append(interim.Partitions, d)
 	}
 	// Check both tables encode before anything is written.
-	for _, t := range []*gptTable{final, interim} {
-		if _, _, _, err := t.encode(diskSize); err != nil {
+	for _, t := range []*gpt.Table{final, interim} {
+		if _, _, _, err := t.Encode(diskSize); err != nil {
 			return nil, err
 		}
 	}
@@ -102,8 +104,8 @@ func planInstall(image *gptTable, diskSectorSize int, diskSize int64, keep *gptP
 // writeTable writes t to the disk: backup then primary when commit (the
 // primary is what firmware and kernel read first, so it goes last), else
 // primary then backup. Each copy is synced before the next.
-func writeTable(f *os.File, t *gptTable, size int64, commit bool) error {
-	primary, backup, backupOff, err := t.encode(size)
+func writeTable(f *os.File, t *gpt.Table, size int64, commit bool) error {
+	primary, backup, backupOff, err := t.Encode(size)
 	if err != nil {
 		return err
 	}
@@ -130,7 +132,7 @@ type installSink struct {
 	disk       *os.File
 	sectorSize int
 	size       int64
-	keep       *gptPartition
+	keep       *gpt.Partition
 	logf       func(string, ...any)
 
 	off      int64
@@ -184,7 +186,7 @@ func (s *installSink) Write(b []byte) (int, error) {
 }
 
 func (s *installSink) makePlan() error {
-	image, err := readGPTAt(bytes.NewReader(s.header.Bytes()), imageSectorSize, 1)
+	image, err := gpt.ReadAt(bytes.NewReader(s.header.Bytes()), imageSectorSize, 1)
 	if err != nil {
 		return fmt.Errorf("the image's partition table: %w", err)
 	}
@@ -250,12 +252,12 @@ func (i *initProcess) installMode(cfg *Config) error {
 	if err := admitTarget(d.devPath(), kind, reason, cfg.InstallWipe); err != nil {
 		return err
 	}
-	var keep *gptPartition
+	var keep *gpt.Partition
 	switch kind {
 	case diskForeign:
 		i.logf("install: %s is foreign (%s); overwriting it as osb.install.wipe=1 allows", d.devPath(), reason)
 	case diskOurs:
-		keep = table.byName(partLabelData)
+		keep = table.ByName(partLabelData)
 		if keep != nil {
 			i.logf("install: %s has an os-builder layout; keeping its %s partition (LBA %d-%d)", d.devPath(), partLabelData, keep.FirstLBA, keep.LastLBA)
 		} else {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/gpt"
 )
 
 // Persistent paths: the data partition (osb.data, default partlabel:osb-data,
@@ -311,22 +313,22 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	t, err := readGPT(f, ss, size)
+	t, err := gpt.Read(f, ss, size)
 	if err != nil {
 		return "", fmt.Errorf("read the GPT of %s: %w", disk, err)
 	}
-	root := t.byName(partLabelRoot)
+	root := t.ByName(partLabelRoot)
 	if root == nil {
 		return "", fmt.Errorf("%s has no %s partition", disk, partLabelRoot)
 	}
 	var end int64 // the end of the last partition
 	used := map[int]bool{}
 	for _, p := range t.Partitions {
-		_, e := p.byteRange(ss)
+		_, e := p.ByteRange(ss)
 		end = max(end, e)
 		used[p.Index] = true
 	}
-	_, lastUsable := t.usable(size)
+	_, lastUsable := t.Usable(size)
 	usableEnd := int64(lastUsable+1) * int64(ss) / mib * mib
 	start, err := dataPartitionStart(end, usableEnd)
 	if err != nil {
@@ -336,14 +338,14 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 	for used[idx] {
 		idx++
 	}
-	var g guid
+	var g gpt.GUID
 	if _, err := rand.Read(g[:]); err != nil {
 		return "", err
 	}
 	g[7] = g[7]&0x0f | 0x40 // version 4 (field 3 is little endian on disk)
 	g[8] = g[8]&0x3f | 0x80
-	p := gptPartition{
-		Index: idx, Type: mustGUID(gptTypeLinuxVa), GUID: g, Name: partLabelData,
+	p := gpt.Partition{
+		Index: idx, Type: gpt.MustGUID(gpt.TypeLinuxVar), GUID: g, Name: partLabelData,
 		FirstLBA: uint64(start / int64(ss)), LastLBA: uint64(usableEnd/int64(ss)) - 1,
 	}
 	t.Partitions = append(t.Partitions, p)

@@ -4,9 +4,9 @@
 // attaches it to a loop device, lays a tmpfs overlay over it at /sysroot,
 // binds the persisted paths from the data partition over it (persist.go)
 // and switches into it, executing /sbin/init. In install mode (install.go,
-// gpt.go, disks.go) it writes the disk image to the selected disk, keeping
-// the data partition, and reboots. Its kernel command line is defined in
-// docs/cmdline.md.
+// classify.go, disks.go; partition tables in initrd/gpt) it writes the disk
+// image to the selected disk, keeping the data partition, and reboots.
+// Its kernel command line is defined in docs/cmdline.md.
 //
 // Every failure prints "osb-init: FATAL: <reason>" on the console and then
 // waits forever, repeating the reason, instead of exiting (which would make

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/initrd/gpt"
+	"github.com/ironcore-dev/os-builder/initrd/gpt/gpttest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -222,7 +224,7 @@ func FuzzClassifyDisk(f *testing.F) {
 		}
 		disk := make([]byte, size)
 		copy(disk[off:], b)
-		r := &maxReadAt{r: bytes.NewReader(disk)}
+		r := &gpttest.MaxReadAt{R: bytes.NewReader(disk)}
 		kind, _, reason, err := classifyDisk(r, 512, size)
 		if err != nil {
 			t.Fatalf("in-memory disk: %v", err)
@@ -230,8 +232,8 @@ func FuzzClassifyDisk(f *testing.F) {
 		if (kind == diskForeign) != (reason != "") {
 			t.Fatalf("%v with reason %q", kind, reason)
 		}
-		if r.max > max(probeWindow, gptMaxEntryArray) {
-			t.Fatalf("read of %d bytes", r.max)
+		if r.Max > max(probeWindow, gpt.MaxEntryArray) {
+			t.Fatalf("read of %d bytes", r.Max)
 		}
 	})
 }

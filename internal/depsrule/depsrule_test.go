@@ -1,7 +1,10 @@
 // Package depsrule holds the module's dependency rules as a test: the boot
 // library stays free of Kubernetes (metal-operator consumes it from its own
-// module, integrations/metal-operator), and libraries stay free of the CLI
-// framework (only commands and their cli packages import cobra).
+// module, integrations/metal-operator), libraries stay free of the CLI
+// framework (only commands and their cli packages import cobra), and the
+// initrd's init (cmd/init) links nothing but the standard library,
+// golang.org/x/sys and this module's own packages: it is PID 1 of every
+// node, and what it links is all it can trust.
 package depsrule
 
 import (
@@ -42,13 +45,27 @@ func deps(t *testing.T) map[string][]string {
 	return m
 }
 
+// initAllowed: what cmd/init may link. The standard library's import paths
+// have no dot in their first element (its vendored golang.org/x packages
+// are under "vendor/").
+func initAllowed(d string) bool {
+	first, _, _ := strings.Cut(d, "/")
+	return !strings.Contains(first, ".") ||
+		d == "golang.org/x/sys" || strings.HasPrefix(d, "golang.org/x/sys/") ||
+		d == module || strings.HasPrefix(d, module+"/")
+}
+
 // violations applies the rules to a package graph.
 func violations(graph map[string][]string) []string {
 	var v []string
 	for pkg, ds := range graph {
 		boot := pkg == module+"/boot" || strings.HasPrefix(pkg, module+"/boot/")
 		library := !strings.HasPrefix(pkg, module+"/cmd/") && !strings.HasSuffix(pkg, "/cli")
+		isInit := pkg == module+"/cmd/init"
 		for _, d := range ds {
+			if isInit && !initAllowed(d) {
+				v = append(v, pkg+" links "+d+" (cmd/init links only the standard library and golang.org/x/sys)")
+			}
 			if boot && (strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/")) {
 				v = append(v, pkg+" imports "+d+" (boot/... stays free of Kubernetes)")
 			}
@@ -62,8 +79,10 @@ func violations(graph map[string][]string) []string {
 
 func TestDependencyRules(t *testing.T) {
 	graph := deps(t)
-	if _, ok := graph[module+"/boot"]; !ok {
-		t.Fatalf("go list found no %s/boot: %d packages", module, len(graph))
+	for _, p := range []string{module + "/boot", module + "/cmd/init"} {
+		if _, ok := graph[p]; !ok {
+			t.Fatalf("go list found no %s: %d packages", p, len(graph))
+		}
 	}
 	for _, v := range violations(graph) {
 		t.Error(v)
@@ -77,9 +96,25 @@ func TestViolationsCaught(t *testing.T) {
 		module + "/recipe":       {"github.com/spf13/cobra"},
 		module + "/boot/cli":     {"github.com/spf13/cobra"},
 		module + "/cmd/builder":  {"github.com/spf13/cobra", "k8s.io/api/core/v1"},
+		// cmd/init: what its own packages pull in counts (go list -deps).
+		module + "/cmd/init": {"net/http", "vendor/golang.org/x/net/idna", "golang.org/x/sys/unix",
+			module + "/initrd/pid1", module + "/initrd/gpt", "github.com/klauspost/compress/zstd", "golang.org/x/sysfoo"},
+		// Other commands may link what they like.
+		module + "/cmd/serverboot": {"github.com/klauspost/compress/zstd"},
 	})
-	if len(got) != 2 || !strings.Contains(strings.Join(got, "\n"), "boot/redfish imports sigs.k8s.io/yaml") ||
-		!strings.Contains(strings.Join(got, "\n"), "recipe imports github.com/spf13/cobra") {
-		t.Fatalf("violations %q", got)
+	want := []string{
+		"boot/redfish imports sigs.k8s.io/yaml",
+		"recipe imports github.com/spf13/cobra",
+		"cmd/init links github.com/klauspost/compress/zstd",
+		"cmd/init links golang.org/x/sysfoo",
+	}
+	all := strings.Join(got, "\n")
+	if len(got) != len(want) {
+		t.Errorf("%d violations, want %d:\n%s", len(got), len(want), all)
+	}
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("no violation %q in:\n%s", w, all)
+		}
 	}
 }

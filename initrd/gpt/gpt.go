@@ -1,4 +1,8 @@
-package pid1
+// Package gpt reads and writes GUID partition tables (UEFI spec, chapter
+// 5): enough for the init to read a disk image's table, keep a preserved
+// partition and write a new table. Tables come from disks and downloads:
+// every size a header claims is bounded before anything is allocated.
+package gpt
 
 import (
 	"encoding/binary"
@@ -12,16 +16,14 @@ import (
 	"unicode/utf16"
 )
 
-// A minimal GPT (UEFI spec, chapter 5) reader and writer: enough to read the
-// disk image's table, keep a preserved partition and write a new table.
-
+// The on-disk format this package writes, and the bounds it reads within.
 const (
-	gptSignature   = "EFI PART"
-	gptHeaderSize  = 92
-	gptEntrySize   = 128
-	gptNumEntries  = 128
-	gptRevision    = 0x00010000
-	gptNameUnits   = 36 // UTF-16 code units in a partition name
+	Signature      = "EFI PART"
+	HeaderSize     = 92
+	EntrySize      = 128
+	NumEntries     = 128
+	Revision       = 0x00010000
+	NameUnits      = 36 // UTF-16 code units in a partition name
 	mbrSignatureLo = 0x55
 	mbrSignatureHi = 0xaa
 
@@ -29,42 +31,38 @@ const (
 	// before anything is allocated: the spec allows entry sizes of 128 * 2^n
 	// only; nothing real uses more than 4096 bytes per entry, more than 1024
 	// entries or an array larger than 1 MiB (the usual one is 16 KiB).
-	gptMaxEntrySize  = 4096
-	gptMaxEntries    = 1024
-	gptMaxEntryArray = 1 << 20
+	MaxEntrySize  = 4096
+	MaxEntries    = 1024
+	MaxEntryArray = 1 << 20
 	// Logical sector sizes the reader accepts (BLKSSZGET: 512 or 4096 on
 	// real disks).
-	gptMinSectorSize = 512
-	gptMaxSectorSize = 64 << 10
+	MinSectorSize = 512
+	MaxSectorSize = 64 << 10
 )
 
-// Partition type GUIDs of docs/cmdline.md.
+// Partition type GUIDs the os-builder disk uses (docs/cmdline.md): the EFI
+// system partition and Linux variable data (the root and osb-data).
 const (
-	gptTypeESP     = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b"
-	gptTypeLinuxVa = "4d21b016-b534-45c2-a9fb-5c16e091fd2d"
+	TypeESP      = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b"
+	TypeLinuxVar = "4d21b016-b534-45c2-a9fb-5c16e091fd2d"
 )
 
-// Partition names of docs/cmdline.md.
-const (
-	partLabelESP  = "osb-esp"
-	partLabelRoot = "osb-root"
-	partLabelData = "osb-data"
-)
-
-// guid is a GUID in its on-disk byte order (the first three fields little
+// GUID is a GUID in its on-disk byte order (the first three fields little
 // endian).
-type guid [16]byte
+type GUID [16]byte
 
-func (g guid) String() string {
+func (g GUID) String() string {
 	return fmt.Sprintf("%08x-%04x-%04x-%x-%x",
 		binary.LittleEndian.Uint32(g[0:4]), binary.LittleEndian.Uint16(g[4:6]),
 		binary.LittleEndian.Uint16(g[6:8]), g[8:10], g[10:16])
 }
 
-func (g guid) isZero() bool { return g == guid{} }
+// IsZero reports an unused entry's type.
+func (g GUID) IsZero() bool { return g == GUID{} }
 
-func parseGUID(s string) (guid, error) {
-	var g guid
+// ParseGUID parses the text form (8-4-4-4-12 hex digits).
+func ParseGUID(s string) (GUID, error) {
+	var g GUID
 	raw, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
 	if err != nil || len(raw) != 16 || len(s) != 36 {
 		return g, fmt.Errorf("bad GUID %q", s)
@@ -77,34 +75,35 @@ func parseGUID(s string) (guid, error) {
 	return g, nil
 }
 
-func mustGUID(s string) guid {
-	g, err := parseGUID(s)
+// MustGUID is ParseGUID for constants: it panics on a bad one.
+func MustGUID(s string) GUID {
+	g, err := ParseGUID(s)
 	if err != nil {
 		panic(err)
 	}
 	return g
 }
 
-// gptPartition is one used entry of a partition table.
-type gptPartition struct {
+// Partition is one used entry of a partition table.
+type Partition struct {
 	Index    int // 1-based slot in the entry array
-	Type     guid
-	GUID     guid
+	Type     GUID
+	GUID     GUID
 	FirstLBA uint64
 	LastLBA  uint64 // inclusive
 	Attrs    uint64
 	Name     string
 }
 
-// gptTable is a partition table for a disk with a given sector size.
-type gptTable struct {
+// Table is a partition table for a disk with a given sector size.
+type Table struct {
 	SectorSize int
-	DiskGUID   guid
-	Partitions []gptPartition
+	DiskGUID   GUID
+	Partitions []Partition
 }
 
-// byName returns the partition named name, or nil.
-func (t *gptTable) byName(name string) *gptPartition {
+// ByName returns the partition named name, or nil.
+func (t *Table) ByName(name string) *Partition {
 	for i := range t.Partitions {
 		if t.Partitions[i].Name == name {
 			return &t.Partitions[i]
@@ -113,21 +112,22 @@ func (t *gptTable) byName(name string) *gptPartition {
 	return nil
 }
 
-// byteRange returns the partition's [start, end) in bytes.
-func (p *gptPartition) byteRange(sectorSize int) (int64, int64) {
+// ByteRange returns the partition's [start, end) in bytes.
+func (p *Partition) ByteRange(sectorSize int) (int64, int64) {
 	s := int64(sectorSize)
 	return int64(p.FirstLBA) * s, (int64(p.LastLBA) + 1) * s
 }
 
-var errNoGPT = errors.New("no GPT")
+// ErrNoGPT: there is no GPT signature where a header belongs.
+var ErrNoGPT = errors.New("no GPT")
 
-// readGPT reads the table of a disk of size bytes: the primary, or the
+// Read reads the table of a disk of size bytes: the primary, or the
 // backup at the end when the primary is damaged.
-func readGPT(r io.ReaderAt, sectorSize int, size int64) (*gptTable, error) {
+func Read(r io.ReaderAt, sectorSize int, size int64) (*Table, error) {
 	if size < 2*int64(sectorSize) {
-		return nil, errNoGPT // too small to hold a header at LBA 1
+		return nil, ErrNoGPT // too small to hold a header at LBA 1
 	}
-	t, err := readGPTAt(r, sectorSize, 1)
+	t, err := ReadAt(r, sectorSize, 1)
 	if err == nil {
 		err = t.checkFits(size)
 	}
@@ -139,14 +139,14 @@ func readGPT(r io.ReaderAt, sectorSize int, size int64) (*gptTable, error) {
 	if sectors < 3 {
 		return nil, primaryErr
 	}
-	if t, err := readGPTAt(r, sectorSize, uint64(sectors-1)); err == nil && t.checkFits(size) == nil {
+	if t, err := ReadAt(r, sectorSize, uint64(sectors-1)); err == nil && t.checkFits(size) == nil {
 		return t, nil
 	}
 	return nil, primaryErr
 }
 
 // checkFits says whether every partition lies on a disk of size bytes.
-func (t *gptTable) checkFits(size int64) error {
+func (t *Table) checkFits(size int64) error {
 	sectors := uint64(size / int64(t.SectorSize))
 	for _, p := range t.Partitions {
 		if p.LastLBA >= sectors {
@@ -156,9 +156,9 @@ func (t *gptTable) checkFits(size int64) error {
 	return nil
 }
 
-// readGPTAt reads and checks the GPT header at lba and its entries.
-func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
-	if sectorSize < gptMinSectorSize || sectorSize > gptMaxSectorSize || sectorSize&(sectorSize-1) != 0 {
+// ReadAt reads and checks the GPT header at lba and its entries.
+func ReadAt(r io.ReaderAt, sectorSize int, lba uint64) (*Table, error) {
+	if sectorSize < MinSectorSize || sectorSize > MaxSectorSize || sectorSize&(sectorSize-1) != 0 {
 		return nil, fmt.Errorf("read GPT: bad sector size %d", sectorSize)
 	}
 	// Offsets must fit an int64: lba comes from the disk's size or header.
@@ -170,11 +170,11 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 	if _, err := r.ReadAt(hdr, int64(lba)*int64(sectorSize)); err != nil {
 		return nil, fmt.Errorf("read GPT header at LBA %d: %w", lba, err)
 	}
-	if string(hdr[:8]) != gptSignature {
-		return nil, errNoGPT
+	if string(hdr[:8]) != Signature {
+		return nil, ErrNoGPT
 	}
 	hsize := binary.LittleEndian.Uint32(hdr[12:])
-	if hsize < gptHeaderSize || int(hsize) > sectorSize {
+	if hsize < HeaderSize || int(hsize) > sectorSize {
 		return nil, fmt.Errorf("GPT header at LBA %d: bad size %d", lba, hsize)
 	}
 	h := append([]byte(nil), hdr[:hsize]...)
@@ -191,11 +191,11 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 	esize := binary.LittleEndian.Uint32(h[84:])
 	// Everything below is bounded before the entry array is allocated: the
 	// header's CRC proves nothing, anyone can compute it.
-	if esize < gptEntrySize || esize > gptMaxEntrySize || esize&(esize-1) != 0 {
-		return nil, fmt.Errorf("GPT at LBA %d: entry size %d (want 128 * 2^n, at most %d)", lba, esize, gptMaxEntrySize)
+	if esize < EntrySize || esize > MaxEntrySize || esize&(esize-1) != 0 {
+		return nil, fmt.Errorf("GPT at LBA %d: entry size %d (want 128 * 2^n, at most %d)", lba, esize, MaxEntrySize)
 	}
-	if n == 0 || n > gptMaxEntries || uint64(n)*uint64(esize) > gptMaxEntryArray {
-		return nil, fmt.Errorf("GPT at LBA %d: %d entries of %d bytes (at most %d entries, %d bytes)", lba, n, esize, gptMaxEntries, gptMaxEntryArray)
+	if n == 0 || n > MaxEntries || uint64(n)*uint64(esize) > MaxEntryArray {
+		return nil, fmt.Errorf("GPT at LBA %d: %d entries of %d bytes (at most %d entries, %d bytes)", lba, n, esize, MaxEntries, MaxEntryArray)
 	}
 	arrayLen := int(n) * int(esize)
 	if entriesLBA > maxLBA-uint64(arrayLen/sectorSize+1) {
@@ -208,13 +208,13 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 	if crc32.ChecksumIEEE(entries) != binary.LittleEndian.Uint32(h[88:]) {
 		return nil, fmt.Errorf("GPT at LBA %d: bad entry array checksum", lba)
 	}
-	t := &gptTable{SectorSize: sectorSize}
+	t := &Table{SectorSize: sectorSize}
 	copy(t.DiskGUID[:], h[56:72])
 	for i := 0; i < int(n); i++ {
-		e := entries[i*int(esize) : i*int(esize)+gptEntrySize]
-		var p gptPartition
+		e := entries[i*int(esize) : i*int(esize)+EntrySize]
+		var p Partition
 		copy(p.Type[:], e[0:16])
-		if p.Type.isZero() {
+		if p.Type.IsZero() {
 			continue
 		}
 		p.Index = i + 1
@@ -225,7 +225,7 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 		if p.FirstLBA > p.LastLBA || p.LastLBA > maxLBA {
 			return nil, fmt.Errorf("GPT at LBA %d: entry %d spans LBA %d-%d", lba, p.Index, p.FirstLBA, p.LastLBA)
 		}
-		u := make([]uint16, gptNameUnits)
+		u := make([]uint16, NameUnits)
 		for j := range u {
 			u[j] = binary.LittleEndian.Uint16(e[56+2*j:])
 		}
@@ -239,31 +239,31 @@ func readGPTAt(r io.ReaderAt, sectorSize int, lba uint64) (*gptTable, error) {
 }
 
 // entrySectors is the size of the entry array in sectors.
-func (t *gptTable) entrySectors() uint64 {
-	return uint64((gptNumEntries*gptEntrySize + t.SectorSize - 1) / t.SectorSize)
+func (t *Table) entrySectors() uint64 {
+	return uint64((NumEntries*EntrySize + t.SectorSize - 1) / t.SectorSize)
 }
 
-// usable returns the first and last LBA partitions may use on a disk of
+// Usable returns the first and last LBA partitions may use on a disk of
 // size bytes.
-func (t *gptTable) usable(size int64) (first, last uint64) {
+func (t *Table) Usable(size int64) (first, last uint64) {
 	sectors := uint64(size / int64(t.SectorSize))
 	return 2 + t.entrySectors(), sectors - 2 - t.entrySectors()
 }
 
-// encode returns the table's two copies for a disk of size bytes: the
+// Encode returns the table's two copies for a disk of size bytes: the
 // primary (protective MBR, header, entries) for offset 0 and the backup
 // (entries, header) for offset backupOff.
-func (t *gptTable) encode(size int64) (primary, backup []byte, backupOff int64, err error) {
+func (t *Table) Encode(size int64) (primary, backup []byte, backupOff int64, err error) {
 	ss := t.SectorSize
 	sectors := uint64(size / int64(ss))
-	first, last := t.usable(size)
+	first, last := t.Usable(size)
 	if sectors < 2*(2+t.entrySectors())+1 {
 		return nil, nil, 0, fmt.Errorf("disk of %d bytes is too small for a GPT", size)
 	}
-	entries := make([]byte, gptNumEntries*gptEntrySize)
+	entries := make([]byte, NumEntries*EntrySize)
 	seen := map[int]bool{}
 	for _, p := range t.Partitions {
-		if p.Index < 1 || p.Index > gptNumEntries || seen[p.Index] {
+		if p.Index < 1 || p.Index > NumEntries || seen[p.Index] {
 			return nil, nil, 0, fmt.Errorf("partition %q: bad or duplicate index %d", p.Name, p.Index)
 		}
 		seen[p.Index] = true
@@ -276,10 +276,10 @@ func (t *gptTable) encode(size int64) (primary, backup []byte, backupOff int64, 
 			}
 		}
 		u := utf16.Encode([]rune(p.Name))
-		if len(u) > gptNameUnits {
+		if len(u) > NameUnits {
 			return nil, nil, 0, fmt.Errorf("partition name %q is too long", p.Name)
 		}
-		e := entries[(p.Index-1)*gptEntrySize:]
+		e := entries[(p.Index-1)*EntrySize:]
 		copy(e[0:16], p.Type[:])
 		copy(e[16:32], p.GUID[:])
 		binary.LittleEndian.PutUint64(e[32:], p.FirstLBA)
@@ -292,19 +292,19 @@ func (t *gptTable) encode(size int64) (primary, backup []byte, backupOff int64, 
 	entriesCRC := crc32.ChecksumIEEE(entries)
 	header := func(self, other, entriesLBA uint64) []byte {
 		h := make([]byte, ss)
-		copy(h, gptSignature)
-		binary.LittleEndian.PutUint32(h[8:], gptRevision)
-		binary.LittleEndian.PutUint32(h[12:], gptHeaderSize)
+		copy(h, Signature)
+		binary.LittleEndian.PutUint32(h[8:], Revision)
+		binary.LittleEndian.PutUint32(h[12:], HeaderSize)
 		binary.LittleEndian.PutUint64(h[24:], self)
 		binary.LittleEndian.PutUint64(h[32:], other)
 		binary.LittleEndian.PutUint64(h[40:], first)
 		binary.LittleEndian.PutUint64(h[48:], last)
 		copy(h[56:72], t.DiskGUID[:])
 		binary.LittleEndian.PutUint64(h[72:], entriesLBA)
-		binary.LittleEndian.PutUint32(h[80:], gptNumEntries)
-		binary.LittleEndian.PutUint32(h[84:], gptEntrySize)
+		binary.LittleEndian.PutUint32(h[80:], NumEntries)
+		binary.LittleEndian.PutUint32(h[84:], EntrySize)
 		binary.LittleEndian.PutUint32(h[88:], entriesCRC)
-		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:gptHeaderSize]))
+		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:HeaderSize]))
 		return h
 	}
 	es := int(t.entrySectors()) * ss
@@ -326,53 +326,4 @@ func (t *gptTable) encode(size int64) (primary, backup []byte, backupOff int64, 
 	backupEntries := sectors - 1 - t.entrySectors()
 	copy(backup[es:], header(sectors-1, 1, backupEntries))
 	return primary, backup, int64(backupEntries) * int64(ss), nil
-}
-
-// diskKind is what a disk holds before an install.
-type diskKind int
-
-const (
-	diskBlank   diskKind = iota // no partition table, no known signature
-	diskOurs                    // a GPT whose partitions are all osb-*
-	diskForeign                 // anything else
-)
-
-func (k diskKind) String() string {
-	return [...]string{"blank", "an os-builder disk", "foreign"}[k]
-}
-
-// classifyDisk looks at a disk's partition table, or without one at the
-// signatures at both ends (signatures.go), and says what it holds; for
-// diskForeign the reason says why. A valid GPT decides alone: content at
-// the end of the disk then lies in a partition (osb-data runs to the end)
-// and may be anything, a stale md superblock included.
-func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gptTable, string, error) {
-	t, err := readGPT(r, sectorSize, size)
-	if err == nil {
-		var foreign []string
-		for _, p := range t.Partitions {
-			if !strings.HasPrefix(p.Name, "osb-") {
-				foreign = append(foreign, fmt.Sprintf("%d:%q", p.Index, p.Name))
-			}
-		}
-		if len(foreign) > 0 {
-			return diskForeign, t, "its GPT has partitions not made by os-builder: " + strings.Join(foreign, " "), nil
-		}
-		return diskOurs, t, "", nil
-	}
-	if !errors.Is(err, errNoGPT) {
-		return diskForeign, nil, "it has a damaged GPT (" + err.Error() + ")", nil
-	}
-	d, err := newDiskProbe(r, size)
-	if err != nil {
-		return 0, nil, "", err
-	}
-	reason := foreignContent(d)
-	if d.err != nil {
-		return 0, nil, "", fmt.Errorf("read the disk's signatures: %w", d.err)
-	}
-	if reason != "" {
-		return diskForeign, nil, reason, nil
-	}
-	return diskBlank, nil, "", nil
 }

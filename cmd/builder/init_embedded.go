@@ -1,0 +1,26 @@
+//go:build osb_embed_init
+
+package main
+
+import (
+	"embed"
+	"io/fs"
+
+	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/initrd"
+)
+
+// The inits `make builder` compiled (internal/embedinit). They exist only
+// in the -overlay it passes, never in the source tree, so no other build
+// can embed a stale one.
+//
+//go:embed embedded/init-linux-amd64 embedded/init-linux-arm64
+var embedded embed.FS
+
+func carriedInit() builder.InitSource {
+	sub, err := fs.Sub(embedded, "embedded")
+	if err != nil {
+		panic(err) // a constant, valid path
+	}
+	return initrd.PrebuiltInits{FS: sub, From: "carried by the builder"}
+}

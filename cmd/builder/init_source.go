@@ -1,0 +1,9 @@
+//go:build !osb_embed_init
+
+package main
+
+import "github.com/ironcore-dev/os-builder/builder"
+
+// carriedInit: a builder from plain `go build` or `go install` carries no
+// init; it builds one from source (see initrd.SourceInit).
+func carriedInit() builder.InitSource { return nil }
