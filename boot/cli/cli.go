@@ -34,7 +34,11 @@ const (
 	ExitTimeout  = exitcode.Timeout     // a wait ran out (media insertion, boot evidence, --timeout)
 )
 
-func usageError(err error) error { return exitcode.UsageError(err) }
+// usageError marks the caller's input as wrong (exit 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+func (e usageError) ExitCode() int { return exitcode.Usage }
 
 type options struct {
 	bmc, image, method, policy      string
@@ -55,6 +59,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	return icli.Execute(ctx, root, args, stderr, "")
+}
+
+// Command returns the serverboot command tree, for tests and documentation
+// checks that walk it; Run runs it.
+func Command(stdout, stderr io.Writer) *cobra.Command {
+	return newRoot(&options{stdout: stdout, stderr: stderr})
 }
 
 // newRoot builds the command tree. Each command has the flags it uses and
@@ -162,7 +172,7 @@ func bmcError(err error) error {
 func (o *options) bounded(def time.Duration, run func(context.Context) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		if o.timeout < 0 {
-			return usageError(fmt.Errorf("--timeout %s is negative", o.timeout))
+			return usageError{fmt.Errorf("--timeout %s is negative", o.timeout)}
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), orDefault(o.timeout, def))
 		defer cancel()
@@ -187,7 +197,7 @@ func (o *options) need(flags ...string) error {
 			v = o.image
 		}
 		if v == "" {
-			return usageError(fmt.Errorf("--%s is required", f))
+			return usageError{fmt.Errorf("--%s is required", f)}
 		}
 	}
 	return nil
@@ -199,10 +209,10 @@ func (o *options) advertiseURL() (string, error) {
 	}
 	host, port, err := net.SplitHostPort(o.listen)
 	if err != nil {
-		return "", usageError(fmt.Errorf("--artifact-listen %q: %w", o.listen, err))
+		return "", usageError{fmt.Errorf("--artifact-listen %q: %w", o.listen, err)}
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		return "", usageError(errors.New("--artifact-advertise is required when --artifact-listen binds all addresses"))
+		return "", usageError{errors.New("--artifact-advertise is required when --artifact-listen binds all addresses")}
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
 }
@@ -227,7 +237,7 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 	}
 	ref, err := name.ParseReference(o.image, nopts...)
 	if err != nil {
-		return nil, nil, usageError(fmt.Errorf("--image: %w", err))
+		return nil, nil, usageError{fmt.Errorf("--image: %w", err)}
 	}
 	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
@@ -303,11 +313,11 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 		creds, err = redfish.CredentialsFromEnv()
 	}
 	if err != nil {
-		return nil, usageError(err)
+		return nil, usageError{err}
 	}
 	auth, err := redfish.ParseAuth(o.auth)
 	if err != nil {
-		return nil, usageError(fmt.Errorf("--auth: %w", err))
+		return nil, usageError{fmt.Errorf("--auth: %w", err)}
 	}
 	if o.basicAuth {
 		auth = redfish.AuthBasic
@@ -323,7 +333,7 @@ func (o *options) boot(ctx context.Context) error {
 		return err
 	}
 	if _, err := redfish.ParseAuth(o.auth); err != nil {
-		return usageError(fmt.Errorf("--auth: %w", err))
+		return usageError{fmt.Errorf("--auth: %w", err)}
 	}
 	st := &boot.State{}
 	if o.stateFile != "" {

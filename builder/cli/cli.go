@@ -161,3 +161,7 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+// Command returns the builder command tree, for tests and documentation
+// checks that walk it; Main runs it.
+func Command(stdout, stderr io.Writer) *cobra.Command { return newRoot(stdout, stderr) }
