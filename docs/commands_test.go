@@ -404,7 +404,7 @@ func shellSegments(line string) [][]string {
 		case c == '$' && i+1 < len(line) && line[i+1] == '(':
 			end()
 			i++
-		case c == ')' || c == '|' || c == '&' || c == ';':
+		case c == '(' || c == ')' || c == '|' || c == '&' || c == ';':
 			end()
 		case c == '>' || c == '<':
 			if w := word.String(); inWord && strings.Trim(w, "0123456789") == "" {

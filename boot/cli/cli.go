@@ -73,6 +73,7 @@ func newRoot(o *options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "serverboot",
 		Short: "Boot a server through its BMC the way its image says it boots",
+		Long:  "Boot a server through its BMC the way its image says it boots.\n\n" + exitcode.Help(),
 	}
 	plan := &cobra.Command{Use: "plan --image REF [--bmc URL]", Short: "Print the boot plan (dry run: without --bmc no BMC call, with it read-only ones)",
 		Args: icli.ExactArgs(0), RunE: o.bounded(2*time.Minute, o.plan)}

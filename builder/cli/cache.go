@@ -16,9 +16,11 @@ import (
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 )
 
-// cacheDirUsage is the one description of the default cache directory
-// (builder.DefaultCacheDir); README.md and docs say the same.
-const cacheDirUsage = "cache directory (default $OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder)"
+// defaultCacheDir is the one description of the default cache directory
+// (builder.DefaultCacheDir); README.md, the Makefile and --help say it.
+const defaultCacheDir = "$OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder"
+
+const cacheDirUsage = "cache directory (default " + defaultCacheDir + ")"
 
 func cacheDirFlag(f *pflag.FlagSet, dir *string) {
 	f.StringVar(dir, "cache-dir", "", cacheDirUsage)

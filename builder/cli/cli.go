@@ -41,6 +41,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "builder",
 		Short: "Build IronCore OS images from declarative recipes",
+		Long: "Build IronCore OS images from declarative recipes.\n\nStep outputs are cached in " + defaultCacheDir +
+			"; the Makefile uses the same.\n\n" + exitcode.Help(),
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -7,9 +7,11 @@ package exitcode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
@@ -33,14 +35,14 @@ type Code struct {
 }
 
 // All is the table, in order; README.md's "Exit codes" table lists exactly
-// these values.
+// these, each as Code.String says it.
 var All = []Code{
 	{OK, "ok", "success"},
-	{Failed, "failed", "the command failed: a build step, a push, the findings of `ignition validate`"},
+	{Failed, "failed", "the command failed: a build step, a push, the findings of ignition validate"},
 	{Usage, "usage", "bad command, flag, argument, recipe or state file; a destructive command without its confirming flag"},
-	{Mismatch, "mismatch", "what was asked cannot be done with this image or BMC: the image lacks the artifacts for the method, the BMC the capability"},
+	{Mismatch, "mismatch", "the image lacks the artifacts for the boot method, or the BMC the capability"},
 	{Unavailable, "unavailable", "a BMC or registry failed or could not be reached (retrying may help)"},
-	{Timeout, "timeout", "a wait or `--timeout` ran out"},
+	{Timeout, "timeout", "a wait or --timeout ran out"},
 	{Interrupted, "interrupted", "SIGINT (Ctrl-C) or SIGTERM"},
 }
 
@@ -137,4 +139,17 @@ func remote(err error) bool {
 	var de *net.DNSError
 	var ue *url.Error
 	return errors.As(err, &oe) || errors.As(err, &de) || errors.As(err, &ue)
+}
+
+// String is how README.md's table and --help put a code's meaning.
+func (c Code) String() string { return c.Name + ": " + c.Meaning }
+
+// Help is the table as text for a command's --help.
+func Help() string {
+	var b strings.Builder
+	b.WriteString("Exit codes:\n")
+	for _, c := range All {
+		fmt.Fprintf(&b, "  %3d  %s\n", c.Value, c)
+	}
+	return b.String()
 }
