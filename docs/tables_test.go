@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	bootcli "github.com/ironcore-dev/os-builder/boot/cli"
 	buildercli "github.com/ironcore-dev/os-builder/builder/cli"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -158,4 +159,32 @@ func TestOneDefaultCacheDir(t *testing.T) {
 	if n < 2 {
 		t.Errorf("found %d --cache-dir flags in builder", n)
 	}
+}
+
+// reportsNothing are the commands without --json: their output is a
+// document of its own (ignition example), or they report nothing.
+var reportsNothing = map[string]bool{
+	"builder ignition example": true,
+	"serverboot eject":         true,
+}
+
+// TestEveryCommandHasJSON: every command that reports something takes
+// --json (push, cache import, cache prune and ignition validate did not).
+// Commands added later are walked too.
+func TestEveryCommandHasJSON(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+		name := c.CommandPath()
+		if !c.Runnable() || c.HasSubCommands() || c.Name() == "help" || strings.Contains(name, " completion") || reportsNothing[name] {
+			return
+		}
+		if c.Flags().Lookup("json") == nil {
+			t.Errorf("%s has no --json", name)
+		}
+	}
+	walk(buildercli.Command(io.Discard, io.Discard))
+	walk(bootcli.Command(io.Discard, io.Discard))
 }
