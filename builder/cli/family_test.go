@@ -95,3 +95,36 @@ func TestJSONShape(t *testing.T) {
 		t.Errorf("push reported %+v", pushed)
 	}
 }
+
+// TestPullRefusesNonEmptyDir: `builder pull` (documented in
+// docs/image-format.md, missing until now) writes into a new or empty
+// directory only, and what it writes matches what was pushed.
+func TestPullRefusesNonEmptyDir(t *testing.T) {
+	out := t.TempDir()
+	if _, err := osimagetest.WriteOutputDir(out, "amd64"); err != nil {
+		t.Fatal(err)
+	}
+	layout := "oci:" + filepath.Join(t.TempDir(), "layout") + ":1"
+	if code, _, stderr := runBuilder(t, "push", out, layout); code != exitcode.OK {
+		t.Fatalf("push: exit %d: %s", code, stderr)
+	}
+	busy := t.TempDir()
+	if err := os.WriteFile(filepath.Join(busy, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runBuilder(t, "pull", layout, busy); code != exitcode.Usage || !strings.Contains(stderr, `holds "keep"`) {
+		t.Errorf("pull into a non-empty dir: exit %d, stderr %q", code, stderr)
+	}
+	dest := filepath.Join(t.TempDir(), "new")
+	code, stdout, stderr := runBuilder(t, "pull", layout, dest)
+	if code != exitcode.OK || !strings.Contains(stdout, "uki.efi") {
+		t.Fatalf("pull: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, f := range []string{"uki.efi", "disk.raw", "manifest.json"} {
+		want, _ := os.ReadFile(filepath.Join(out, f))
+		got, err := os.ReadFile(filepath.Join(dest, f))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: pulled %d bytes (%v), pushed %d", f, len(got), err, len(want))
+		}
+	}
+}
