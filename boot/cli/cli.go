@@ -75,38 +75,38 @@ func newRoot(o *options) *cobra.Command {
 		Short: "Boot a server through its BMC the way its image says it boots",
 		Long:  "Boot a server through its BMC the way its image says it boots.\n\n" + exitcode.Help(),
 	}
-	plan := &cobra.Command{Use: "plan --image REF [--bmc URL]", Short: "Print the boot plan (dry run: without --bmc no BMC call, with it read-only ones)",
+	planCmd := &cobra.Command{Use: "plan --image REF [--bmc URL]", Short: "Print the boot plan (dry run: without --bmc no BMC call, with it read-only ones)",
 		Args: icli.ExactArgs(0), RunE: o.bounded(2*time.Minute, o.plan)}
-	o.imageFlags(plan.Flags())
-	o.bmcFlags(plan.Flags())
-	o.timeoutFlag(plan.Flags(), "2m")
-	icli.JSONFlag(plan, &o.jsonOut)
+	o.imageFlags(planCmd.Flags())
+	o.bmcFlags(planCmd.Flags())
+	o.timeoutFlag(planCmd.Flags(), "2m")
+	icli.JSONFlag(planCmd, &o.jsonOut)
 
-	boot := &cobra.Command{Use: "boot --bmc URL --image REF", Short: "Boot the server", Args: icli.ExactArgs(0),
+	bootCmd := &cobra.Command{Use: "boot --bmc URL --image REF", Short: "Boot the server", Args: icli.ExactArgs(0),
 		RunE: o.bounded(30*time.Minute, o.boot)}
-	o.imageFlags(boot.Flags())
-	o.bmcFlags(boot.Flags())
-	o.timeoutFlag(boot.Flags(), "30m")
-	o.stateFlag(boot.Flags())
-	bf := boot.Flags()
+	o.imageFlags(bootCmd.Flags())
+	o.bmcFlags(bootCmd.Flags())
+	o.timeoutFlag(bootCmd.Flags(), "30m")
+	o.stateFlag(bootCmd.Flags())
+	bf := bootCmd.Flags()
 	bf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
 	bf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
 	bf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
-	icli.JSONFlag(boot, &o.jsonOut)
+	icli.JSONFlag(bootCmd, &o.jsonOut)
 
-	status := &cobra.Command{Use: "status --bmc URL", Short: "Show BMC boot state and saved conditions", Args: icli.ExactArgs(0),
+	statusCmd := &cobra.Command{Use: "status --bmc URL", Short: "Show BMC boot state and saved conditions", Args: icli.ExactArgs(0),
 		RunE: o.bounded(2*time.Minute, o.status)}
-	o.bmcFlags(status.Flags())
-	o.timeoutFlag(status.Flags(), "2m")
-	o.stateFlag(status.Flags())
-	icli.JSONFlag(status, &o.jsonOut)
+	o.bmcFlags(statusCmd.Flags())
+	o.timeoutFlag(statusCmd.Flags(), "2m")
+	o.stateFlag(statusCmd.Flags())
+	icli.JSONFlag(statusCmd, &o.jsonOut)
 
-	eject := &cobra.Command{Use: "eject --bmc URL", Short: "Eject virtual media", Args: icli.ExactArgs(0),
+	ejectCmd := &cobra.Command{Use: "eject --bmc URL", Short: "Eject virtual media", Args: icli.ExactArgs(0),
 		RunE: o.bounded(2*time.Minute, o.eject)}
-	o.bmcFlags(eject.Flags())
-	o.timeoutFlag(eject.Flags(), "2m")
+	o.bmcFlags(ejectCmd.Flags())
+	o.timeoutFlag(ejectCmd.Flags(), "2m")
 
-	root.AddCommand(plan, boot, status, eject)
+	root.AddCommand(planCmd, bootCmd, statusCmd, ejectCmd)
 	return root
 }
 
