@@ -2,7 +2,9 @@ package docs_test
 
 import (
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -131,6 +133,27 @@ func TestOneDefaultCacheDir(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`(?m)^[^#\n]*OSB_CACHE_DIR\s*[?:]?=.*$`).Find(mk); m != nil {
 		t.Errorf("Makefile sets its own cache directory: %s", m)
+	}
+	// Tests and benchmarks use builder.DefaultCacheDir too (they had their
+	// own fallback, $TMPDIR/os-builder-test-cache).
+	ownCache := regexp.MustCompile(`"os-builder[a-z-]*-cache"`)
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != ".." && (d.Name() == "out" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == filepath.Join("..", "builder", "build.go") {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && ownCache.Match(b) {
+			t.Errorf("%s names a cache directory of its own: %s", path, ownCache.Find(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	const dflt = "$OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder"
 	readme, err := os.ReadFile("../README.md")
