@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
-# One cache for builds, tests and benchmarks; kept between runs.
-export OSB_CACHE_DIR ?= /var/tmp/os-builder-cache
+# Builds, tests and benchmarks share builder's one default cache
+# ($OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder),
+# the same one `bin/builder build` uses by hand.
 
 # Debian packages the builds and the tests need.
 HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \

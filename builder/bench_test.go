@@ -74,10 +74,7 @@ func BenchmarkArtifacts(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cacheDir := os.Getenv("OSB_CACHE_DIR")
-	if cacheDir == "" {
-		cacheDir = filepath.Join(os.TempDir(), "os-builder-test-cache")
-	}
+	cacheDir := DefaultCacheDir() // what builds and tests filled
 	warm := filepath.Join(b.TempDir(), "out")
 	m, err := Build(context.Background(), r, Options{OutputDir: warm, CacheDir: cacheDir})
 	if err != nil {

@@ -48,12 +48,9 @@ func copyRecipeTree(t *testing.T) string {
 	return dst
 }
 
-func sharedCacheDir(t *testing.T) string {
-	if d := os.Getenv("OSB_CACHE_DIR"); d != "" {
-		return d
-	}
-	return filepath.Join(os.TempDir(), "os-builder-test-cache")
-}
+// sharedCacheDir is the builder's default cache, the one `make test` and
+// `bin/builder build` fill too: tests reuse what a build cached.
+func sharedCacheDir(t *testing.T) string { return DefaultCacheDir() }
 
 // TestRebuildAfterUnitChange builds the test recipe, changes one unit file
 // and builds again: only the steps downstream of the unit may run, and the

@@ -4,37 +4,41 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ironcore-dev/os-builder/boot"
 	"github.com/ironcore-dev/os-builder/boot/artifacts"
 	"github.com/ironcore-dev/os-builder/boot/redfish"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
-// Exit codes. They are part of the interface: scripts branch on them.
+// Exit codes: the family's table (internal/exitcode, README "Exit codes").
+// They are part of the interface: scripts branch on them.
 const (
-	ExitOK       = 0
-	ExitUsage    = 2 // bad flags or arguments, an invalid --state file
-	ExitMismatch = 3 // the plan cannot be carried out: image lacks the artifacts, BMC lacks the capability
-	ExitBMC      = 4 // the BMC failed or was unreachable
-	ExitTimeout  = 5 // a wait ran out (media insertion, boot evidence, --timeout)
+	ExitOK       = exitcode.OK
+	ExitUsage    = exitcode.Usage       // bad flags or arguments, an invalid --state file
+	ExitMismatch = exitcode.Mismatch    // the plan cannot be carried out: image lacks the artifacts, BMC lacks the capability
+	ExitBMC      = exitcode.Unavailable // the BMC (or the registry) failed or was unreachable
+	ExitTimeout  = exitcode.Timeout     // a wait ran out (media insertion, boot evidence, --timeout)
 )
 
+// usageError marks the caller's input as wrong (exit 2).
 type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+func (e usageError) ExitCode() int { return exitcode.Usage }
 
 type options struct {
 	bmc, image, method, policy      string
@@ -51,78 +55,117 @@ type options struct {
 
 // Run executes serverboot with args and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o := &options{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:           "serverboot",
-		Short:         "Boot a server through its BMC the way its image says it boots",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	pf := root.PersistentFlags()
-	pf.StringVar(&o.bmc, "bmc", "", "BMC Redfish endpoint (https://bmc.example)")
-	pf.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
-	pf.StringVar(&o.method, "method", string(boot.MethodAuto), "auto: the image's first method the BMC allows; or force one (refused, not replaced, if the BMC cannot): uefi-http, pxe, virtual-media, disk")
-	pf.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
-	pf.StringVar(&o.install, "install", "", "install mode: memory (default: run from RAM) or disk (write the image to --install-target, then boot it); boots via pxe")
-	pf.StringVar(&o.installTarget, "install-target", "", "target disk selector for --install disk: by-id:ID, serial:S, path:/dev/NAME, size:MIN-MAX")
-	pf.BoolVar(&o.installWipe, "install-wipe", false, "let --install disk overwrite a foreign partition table")
-	pf.BoolVar(&o.rootURL, "root-url", false, "memory mode: fetch the root image from the artifact server (pxe, initrd without root image)")
-	pf.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
-	pf.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
-	pf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
-	pf.StringVar(&o.stateFile, "state", "", "boot state file (JSON); a re-run resumes from it")
-	pf.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
-	pf.BoolVar(&o.jsonOut, "json", false, "print JSON")
-	pf.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
-	pf.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
-	pf.StringVar(&o.auth, "auth", string(redfish.AuthAuto), "BMC auth: auto (a Redfish session, else basic auth where the BMC has no session service or refuses sessions), session or basic")
-	pf.BoolVar(&o.basicAuth, "basic-auth", false, "same as --auth basic")
-	pf.DurationVar(&o.timeout, "timeout", 0, "overall timeout of the command, BMC calls and task monitors included (default 30m for boot, 2m otherwise)")
-	pf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
-	pf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-
-	root.AddCommand(
-		&cobra.Command{Use: "plan", Short: "Print the boot plan (dry run: no BMC call)", Args: cobra.NoArgs,
-			RunE: o.bounded(2*time.Minute, o.plan)},
-		&cobra.Command{Use: "boot", Short: "Boot the server", Args: cobra.NoArgs,
-			RunE: o.bounded(30*time.Minute, o.boot)},
-		&cobra.Command{Use: "status", Short: "Show BMC boot state and saved conditions", Args: cobra.NoArgs,
-			RunE: o.bounded(2*time.Minute, o.status)},
-		&cobra.Command{Use: "eject", Short: "Eject virtual media", Args: cobra.NoArgs,
-			RunE: o.bounded(2*time.Minute, o.eject)},
-	)
-	root.SetArgs(args)
+	root := newRoot(&options{stdout: stdout, stderr: stderr})
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
+	return icli.Execute(ctx, root, args, stderr, "")
+}
+
+// Command returns the serverboot command tree, for tests and documentation
+// checks that walk it; Run runs it.
+func Command(stdout, stderr io.Writer) *cobra.Command {
+	return newRoot(&options{stdout: stdout, stderr: stderr})
+}
+
+// newRoot builds the command tree. Each command has the flags it uses and
+// no others: a flag a command would ignore is an unknown flag (exit 2).
+func newRoot(o *options) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "serverboot",
+		Short: "Boot a server through its BMC the way its image says it boots",
+		Long:  "Boot a server through its BMC the way its image says it boots.\n\n" + exitcode.Help(),
 	}
-	fmt.Fprintln(stderr, "serverboot:", err)
-	return ExitCode(err)
+	planCmd := &cobra.Command{Use: "plan --image REF [--bmc URL]", Short: "Print the boot plan (dry run: without --bmc no BMC call, with it read-only ones)",
+		Args: icli.ExactArgs(0), RunE: o.bounded(2*time.Minute, o.plan)}
+	o.imageFlags(planCmd.Flags())
+	o.bmcFlags(planCmd.Flags())
+	o.timeoutFlag(planCmd.Flags(), "2m")
+	icli.JSONFlag(planCmd, &o.jsonOut)
+
+	bootCmd := &cobra.Command{Use: "boot --bmc URL --image REF", Short: "Boot the server", Args: icli.ExactArgs(0),
+		RunE: o.bounded(30*time.Minute, o.boot)}
+	o.imageFlags(bootCmd.Flags())
+	o.bmcFlags(bootCmd.Flags())
+	o.timeoutFlag(bootCmd.Flags(), "30m")
+	o.stateFlag(bootCmd.Flags())
+	bf := bootCmd.Flags()
+	bf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
+	bf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
+	bf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
+	icli.JSONFlag(bootCmd, &o.jsonOut)
+
+	statusCmd := &cobra.Command{Use: "status --bmc URL", Short: "Show BMC boot state and saved conditions", Args: icli.ExactArgs(0),
+		RunE: o.bounded(2*time.Minute, o.status)}
+	o.bmcFlags(statusCmd.Flags())
+	o.timeoutFlag(statusCmd.Flags(), "2m")
+	o.stateFlag(statusCmd.Flags())
+	icli.JSONFlag(statusCmd, &o.jsonOut)
+
+	ejectCmd := &cobra.Command{Use: "eject --bmc URL", Short: "Eject virtual media", Args: icli.ExactArgs(0),
+		RunE: o.bounded(2*time.Minute, o.eject)}
+	o.bmcFlags(ejectCmd.Flags())
+	o.timeoutFlag(ejectCmd.Flags(), "2m")
+
+	root.AddCommand(planCmd, bootCmd, statusCmd, ejectCmd)
+	return root
+}
+
+// imageFlags are the flags of commands that read the image and plan.
+func (o *options) imageFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
+	f.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
+	f.StringVar(&o.method, "method", string(boot.MethodAuto), "auto: the image's first method the BMC allows; or force one (refused, not replaced, if the BMC cannot): uefi-http, pxe, virtual-media, disk")
+	f.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
+	f.StringVar(&o.install, "install", "", "install mode: memory (default: run from RAM) or disk (write the image to --install-target, then boot it); boots via pxe")
+	f.StringVar(&o.installTarget, "install-target", "", "target disk selector for --install disk: by-id:ID, serial:S, path:/dev/NAME, size:MIN-MAX")
+	f.BoolVar(&o.installWipe, "install-wipe", false, "let --install disk overwrite a foreign partition table")
+	f.BoolVar(&o.rootURL, "root-url", false, "memory mode: fetch the root image from the artifact server (pxe, initrd without root image)")
+	f.StringVar(&o.listen, "artifact-listen", ":8080", "address the artifact server listens on")
+	f.StringVar(&o.advertise, "artifact-advertise", "", "base URL machines reach the artifact server at (default: from --artifact-listen)")
+}
+
+// bmcFlags are the flags of commands that talk to the BMC.
+func (o *options) bmcFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.bmc, "bmc", "", "BMC Redfish endpoint (https://bmc.example)")
+	f.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
+	f.StringVar(&o.auth, "auth", string(redfish.AuthAuto), "BMC auth: auto (a Redfish session, else basic auth where the BMC has no session service or refuses sessions), session or basic")
+	f.BoolVar(&o.basicAuth, "basic-auth", false, "same as --auth basic")
+	f.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
+}
+
+func (o *options) timeoutFlag(f *pflag.FlagSet, def string) {
+	f.DurationVar(&o.timeout, "timeout", 0, "overall timeout of the command, BMC calls, registry fetch and task monitors included (default "+def+")")
+}
+
+func (o *options) stateFlag(f *pflag.FlagSet) {
+	f.StringVar(&o.stateFile, "state", "", "boot state file (JSON); a re-run resumes from it")
 }
 
 // ExitCode maps an error to the documented exit codes.
-func ExitCode(err error) int {
-	var u usageError
+func ExitCode(err error) int { return exitcode.Of(classify(err)) }
+
+// classify marks the boot library's errors with their exit codes.
+func classify(err error) error {
 	switch {
 	case err == nil:
-		return ExitOK
-	case errors.As(err, &u), errors.Is(err, boot.ErrInvalidState):
-		return ExitUsage
+		return nil
+	case errors.Is(err, boot.ErrInvalidState):
+		return exitcode.UsageError(err)
 	case errors.Is(err, boot.ErrPlan), errors.Is(err, boot.ErrCapability):
-		return ExitMismatch
-	case errors.Is(err, boot.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		return ExitTimeout
+		return exitcode.MismatchError(err)
+	case errors.Is(err, boot.ErrTimeout):
+		return exitcode.TimeoutError(err)
 	}
-	// Unknown commands and missing flags come back from cobra untyped.
-	if e := err.Error(); len(e) > 8 && e[:8] == "unknown " {
-		return ExitUsage
+	return err
+}
+
+// bmcError marks an error of talking to the BMC: unavailable, unless
+// something inside says more (a timeout, a missing capability).
+func bmcError(err error) error {
+	if err == nil {
+		return nil
 	}
-	return ExitBMC
+	return exitcode.UnavailableError(err)
 }
 
 // bounded runs a command under --timeout (def when unset): every BMC call,
@@ -134,7 +177,7 @@ func (o *options) bounded(def time.Duration, run func(context.Context) error) fu
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), orDefault(o.timeout, def))
 		defer cancel()
-		return run(ctx)
+		return classify(run(ctx))
 	}
 }
 
@@ -199,10 +242,14 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 	}
 	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: fetching image %s: %w", boot.ErrPlan, ref, err)
+		// Unreachable or failing registries are not a mismatch: retrying may help.
+		return nil, nil, fmt.Errorf("fetching image %s: %w", ref, err)
 	}
 	id, err := osimage.ReadIdentity(img)
 	if err != nil {
+		if c := exitcode.Of(err); c == exitcode.Unavailable || c == exitcode.Timeout {
+			return nil, nil, fmt.Errorf("reading image %s: %w", ref, err)
+		}
 		return nil, nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, ref, err)
 	}
 	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
@@ -228,7 +275,7 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 func (o *options) forBMC(ctx context.Context, r *resolved, bmc boot.BMC) (*boot.Plan, error) {
 	caps, err := bmc.Capabilities(ctx)
 	if err != nil {
-		return nil, err
+		return nil, bmcError(err)
 	}
 	return boot.ResolveFor(r.id, r.req, &caps)
 }
@@ -250,7 +297,7 @@ func (o *options) plan(ctx context.Context) error {
 		}
 	}
 	if o.jsonOut {
-		return o.printJSON(p)
+		return icli.WriteJSON(o.stdout, p)
 	}
 	return p.WriteText(o.stdout)
 }
@@ -276,7 +323,8 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 	if o.basicAuth {
 		auth = redfish.AuthBasic
 	}
-	return redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth})
+	c, err := redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth})
+	return c, bmcError(err)
 }
 
 func (o *options) boot(ctx context.Context) error {
@@ -339,12 +387,12 @@ func (o *options) boot(ctx context.Context) error {
 	finished := st.PlanDigest == p.Digest() && st.Done >= len(p.Steps) && p.Policy != boot.NetworkBootAlways
 	runErr := d.Run(ctx, boot.LoggingBMC{BMC: bmc, Logf: func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }}, p, st)
 	if o.jsonOut {
-		_ = o.printJSON(st)
+		_ = icli.WriteJSON(o.stdout, st)
 	} else {
 		writeConditions(o.stdout, st)
 	}
 	if runErr != nil {
-		return runErr
+		return bmcError(runErr)
 	}
 	if finished || st.Done == 0 {
 		fmt.Fprintln(o.stderr, "nothing to do: the state says this server already booted the image (a fresh --state re-provisions)")
@@ -381,18 +429,18 @@ func (o *options) status(ctx context.Context) error {
 		Conditions   []boot.Condition  `json:"conditions,omitempty"`
 	}{}
 	if out.PowerState, err = bmc.PowerState(ctx); err != nil {
-		return err
+		return bmcError(err)
 	}
 	if out.Override, err = bmc.BootOverride(ctx); err != nil {
-		return err
+		return bmcError(err)
 	}
 	if out.Capabilities, err = bmc.Capabilities(ctx); err != nil {
-		return err
+		return bmcError(err)
 	}
 	if out.Capabilities.VirtualMediaCD {
 		m, err := bmc.Media(ctx)
 		if err != nil {
-			return err
+			return bmcError(err)
 		}
 		out.Media = &m
 	}
@@ -404,7 +452,7 @@ func (o *options) status(ctx context.Context) error {
 		out.Conditions = st.Conditions
 	}
 	if o.jsonOut {
-		return o.printJSON(out)
+		return icli.WriteJSON(o.stdout, out)
 	}
 	fmt.Fprintf(o.stdout, "manufacturer: %s\npower:        %s\noverride:     %s %s %s\n", out.Capabilities.Manufacturer, out.PowerState, out.Override.Target, out.Override.Enabled, out.Override.HTTPBootURI)
 	if out.Media != nil {
@@ -420,13 +468,7 @@ func (o *options) eject(ctx context.Context) error {
 		return err
 	}
 	defer bmc.Close()
-	return bmc.EjectMedia(ctx)
-}
-
-func (o *options) printJSON(v any) error {
-	enc := json.NewEncoder(o.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return bmcError(bmc.EjectMedia(ctx))
 }
 
 func writeConditions(w io.Writer, st *boot.State) {

@@ -88,7 +88,11 @@ func TestExitCodes(t *testing.T) {
 	defer bmc.Close()
 	dead := httptest.NewServer(nil)
 	dead.Close()
-	common := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen, "--cache-dir", filepath.Join(t.TempDir(), "cache")}
+	// Each command takes only its own flags: plan the image ones, boot
+	// those and --cache-dir, status the BMC ones.
+	planFlags := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen}
+	common := append(planFlags[:len(planFlags):len(planFlags)], "--cache-dir", filepath.Join(t.TempDir(), "cache"))
+	unreachable := freeAddr(t) // nothing listens: a registry that is down
 	state := t.TempDir() + "/state.json"
 	badState := t.TempDir() + "/bad.json"
 	if err := os.WriteFile(badState, []byte(`{"planDigest": "sha256:`+strings.Repeat("0", 64)+`", "done": -1}`), 0o600); err != nil {
@@ -104,16 +108,20 @@ func TestExitCodes(t *testing.T) {
 		{"no image", []string{"plan"}, ExitUsage, "--image is required"},
 		{"bad flag", []string{"plan", "--nope"}, ExitUsage, "unknown flag"},
 		{"unknown command", []string{"frobnicate"}, ExitUsage, "unknown command"},
-		{"plan", append([]string{"plan"}, common...), ExitOK, ""},
+		{"plan", append([]string{"plan"}, planFlags...), ExitOK, ""},
+		{"plan takes no --cache-dir", append([]string{"plan"}, common...), ExitUsage, "unknown flag: --cache-dir"},
+		{"eject takes no --image", []string{"eject", "--bmc", bmc.URL, "--image", ref}, ExitUsage, "unknown flag: --image"},
+		{"status takes no --method", []string{"status", "--bmc", bmc.URL, "--method", "pxe"}, ExitUsage, "unknown flag: --method"},
+		{"registry unreachable", []string{"plan", "--image", unreachable + "/os/uki:1", "--insecure-registry", "--artifact-listen", listen}, ExitBMC, "connection refused"},
 		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has disk, uki"},
 		{"install mismatch", append([]string{"boot", "--bmc", bmc.URL, "--install", "disk", "--install-target", "serial:osb-disk0"}, common...), ExitMismatch,
 			"install mode disk (target serial:osb-disk0) needs kernel+initrd-noroot+disk in the image, missing kernel, initrd-noroot: it has disk, uki"},
-		{"install without target", append([]string{"plan", "--install", "disk"}, common...), ExitMismatch, "needs a target disk selector"},
+		{"install without target", append([]string{"plan", "--install", "disk"}, planFlags...), ExitMismatch, "needs a target disk selector"},
 		{"invalid state", append([]string{"boot", "--bmc", bmc.URL, "--state", badState}, common...), ExitUsage, "invalid boot state: done = -1, must not be negative"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},
 		{"boot again: nothing to do", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "1m", "--timeout", "20s"}, common...), ExitOK, "nothing to do"},
-		{"status", append([]string{"status", "--bmc", bmc.URL, "--state", state, "--json"}, common...), ExitOK, ""},
+		{"status", []string{"status", "--bmc", bmc.URL, "--state", state, "--json"}, ExitOK, ""},
 		{"eject", []string{"eject", "--bmc", bmc.URL}, ExitOK, ""},
 	}
 	for _, tc := range tests {

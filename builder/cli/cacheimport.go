@@ -8,12 +8,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ironcore-dev/os-builder/builder"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
 )
+
+// importResult is what `cache import --json` prints.
+type importResult struct {
+	Image  string `json:"image"`
+	Digest string `json:"digest"`
+	Store  string `json:"store"`
+}
 
 // newCacheImport is `builder cache import`: air-gapped sites (and this
 // project's CI, which reaches no public registry) bring images in by hand.
 func newCacheImport(stdout io.Writer, cacheDir *string) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	c := &cobra.Command{
 		Use:   "import IMAGE-REF OCI-LAYOUT-DIR|OCI-ARCHIVE.tar",
 		Short: "Import a pre-fetched image into the local OCI store for offline builds",
 		Long: `Import copies an image (or multi-platform index) into the local OCI store
@@ -42,8 +51,13 @@ manifest digest still matches.`,
 			if err != nil {
 				return fmt.Errorf("import %s: %w", ref, err)
 			}
-			fmt.Fprintf(stdout, "imported %s (%s) into %s\n", ref, d.Digest, builder.OCIStoreDir(dir))
-			return nil
+			if asJSON {
+				return icli.WriteJSON(stdout, importResult{Image: ref.String(), Digest: d.Digest.String(), Store: builder.OCIStoreDir(dir)})
+			}
+			_, err = fmt.Fprintf(stdout, "imported %s (%s) into %s\n", ref, d.Digest, builder.OCIStoreDir(dir))
+			return err
 		},
 	}
+	icli.JSONFlag(c, &asJSON)
+	return c
 }

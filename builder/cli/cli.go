@@ -4,68 +4,48 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ironcore-dev/os-builder/builder"
-	"github.com/ironcore-dev/os-builder/cache"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-// Exit codes.
+// Exit codes: the family's table (internal/exitcode, README "Exit codes").
 const (
-	ExitOK          = 0
-	ExitFailed      = 1   // the build or a command failed
-	ExitUsage       = 2   // bad flags or a bad recipe
-	ExitInterrupted = 130 // SIGINT/SIGTERM
+	ExitOK          = exitcode.OK
+	ExitFailed      = exitcode.Failed
+	ExitUsage       = exitcode.Usage
+	ExitInterrupted = exitcode.Interrupted
 )
 
 // usageError marks errors that are the caller's input, not the build.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
+func (e usageError) ExitCode() int { return exitcode.Usage }
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	root := newRoot(stdout, stderr)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	switch {
-	case err == nil:
-		return ExitOK
-	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "builder: interrupted; nothing was written in place of the previous output")
-		return ExitInterrupted
-	}
-	fmt.Fprintf(stderr, "builder: %v\n", err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		return ExitUsage
-	}
-	return ExitFailed
+	return icli.Execute(context.Background(), newRoot(stdout, stderr), args, stderr,
+		"interrupted; nothing was written in place of the previous output")
 }
 
 func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "builder",
-		Short:         "Build IronCore OS images from declarative recipes",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:   "builder",
+		Short: "Build IronCore OS images from declarative recipes",
+		Long: "Build IronCore OS images from declarative recipes.\n\nStep outputs are cached in " + defaultCacheDir +
+			"; the Makefile uses the same.\n\n" + exitcode.Help(),
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newBuild(stdout, stderr), newRender(stdout), newCache(stdout))
 	for _, c := range extraCommands {
 		root.AddCommand(c(stdout, stderr))
@@ -119,7 +99,7 @@ refused before the build starts, because the swap deletes what it held.`,
 				return lockUsage(err)
 			}
 			if asJSON {
-				return json.NewEncoder(stdout).Encode(m)
+				return icli.WriteJSON(stdout, m)
 			}
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tFILE\tSIZE\tSHA256")
@@ -131,12 +111,12 @@ refused before the build starts, because the swap deletes what it held.`,
 	}
 	f := c.Flags()
 	f.StringVarP(&opts.OutputDir, "output", "o", "", "output directory: new, empty or an earlier output (default out/<recipe name>)")
-	f.StringVar(&opts.CacheDir, "cache-dir", "", "cache directory (default $OSB_CACHE_DIR or ~/.cache/os-builder)")
+	cacheDirFlag(f, &opts.CacheDir)
 	f.BoolVar(&opts.NoCache, "no-cache", false, "run every step; neither read nor fill the cache")
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")
-	f.BoolVar(&asJSON, "json", false, "print the build manifest as JSON")
+	icli.JSONFlag(c, &asJSON)
 	f.StringVar(&opts.SignKey, "sign-key", "", "PEM private key to sign UKIs for Secure Boot (see 'builder genkey')")
 	f.StringVar(&opts.SignCert, "sign-cert", "", "PEM certificate for --sign-key")
 	return c
@@ -171,70 +151,7 @@ func newRender(stdout io.Writer) *cobra.Command {
 	return c
 }
 
-func newCache(stdout io.Writer) *cobra.Command {
-	var dir string
-	c := &cobra.Command{Use: "cache", Short: "List, prune or import build cache entries"}
-	c.PersistentFlags().StringVar(&dir, "cache-dir", "", "cache directory (default $OSB_CACHE_DIR or ~/.cache/os-builder)")
-	open := func() (*cache.Store, error) {
-		if dir == "" {
-			dir = builder.DefaultCacheDir()
-		}
-		return cache.Open(dir)
-	}
-	var asJSON bool
-	ls := &cobra.Command{
-		Use:   "ls",
-		Short: "List cache entries, newest first",
-		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := open()
-			if err != nil {
-				return err
-			}
-			entries, err := s.List()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return json.NewEncoder(stdout).Encode(entries)
-			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tSTEP\tSIZE\tCREATED")
-			for _, e := range entries {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, humanBytes(e.Size), e.Created.Format(time.RFC3339))
-			}
-			return tw.Flush()
-		},
-	}
-	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	var olderThan time.Duration
-	prune := &cobra.Command{
-		Use:   "prune",
-		Short: "Remove cache entries (all, or those unused for --older-than)",
-		Args:  exactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := open()
-			if err != nil {
-				return err
-			}
-			freed, err := s.Prune(olderThan)
-			fmt.Fprintf(stdout, "freed %s\n", humanBytes(freed))
-			return err
-		},
-	}
-	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
-	c.AddCommand(ls, prune, newCacheImport(stdout, &dir))
-	return c
-}
-
-func exactArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageError{fmt.Errorf("%s: want %d argument(s), got %d (see --help)", cmd.CommandPath(), n, len(args))}
-		}
-		return nil
-	}
-}
+func exactArgs(n int) cobra.PositionalArgs { return icli.ExactArgs(n) }
 
 func humanBytes(n int64) string {
 	const unit = 1024
@@ -248,3 +165,7 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+// Command returns the builder command tree, for tests and documentation
+// checks that walk it; Main runs it.
+func Command(stdout, stderr io.Writer) *cobra.Command { return newRoot(stdout, stderr) }

@@ -15,7 +15,7 @@ import (
 // bad usage, and its files survive.
 func TestBuildRefusesForeignOutput(t *testing.T) {
 	// The layer's image source is a closed port: a build that was not
-	// refused fails at its preflight within a second (exit 1), instead of
+	// refused fails at its preflight within a second (exit 4), instead of
 	// building for minutes and then deleting the files.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

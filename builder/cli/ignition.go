@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ironcore-dev/os-builder/ignition"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
 )
 
 func init() {
@@ -33,6 +35,7 @@ func newIgnition(stdout, stderr io.Writer) *cobra.Command {
 			return err
 		},
 	}
+	var asJSON bool
 	validate := &cobra.Command{
 		Use:   "validate FILE",
 		Short: "Check a node config: valid ignition (spec <= 3.3.0) carrying configuration only",
@@ -55,6 +58,9 @@ apply. Exit code 1 lists every finding.`,
 				return err
 			}
 			warnings, err := ignition.Validate(raw)
+			if asJSON {
+				return writeValidation(stdout, args[0], warnings, err)
+			}
 			for _, w := range warnings {
 				fmt.Fprintf(stderr, "warning: %s\n", w)
 			}
@@ -65,6 +71,45 @@ apply. Exit code 1 lists every finding.`,
 			return nil
 		},
 	}
+	icli.JSONFlag(validate, &asJSON)
 	c.AddCommand(example, validate)
 	return c
+}
+
+// validation is what `ignition validate --json` prints; with findings or
+// an unparsable config it is printed and the exit code is still 1.
+type validation struct {
+	File     string    `json:"file"`
+	OK       bool      `json:"ok"`
+	Warnings []string  `json:"warnings"`
+	Findings []finding `json:"findings"`
+	Error    string    `json:"error,omitempty"`
+}
+
+type finding struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func writeValidation(w io.Writer, file string, warnings []string, err error) error {
+	v := validation{File: file, OK: err == nil, Warnings: warnings, Findings: []finding{}}
+	if v.Warnings == nil {
+		v.Warnings = []string{}
+	}
+	var fs ignition.Findings
+	switch {
+	case errors.As(err, &fs):
+		for _, f := range fs {
+			v.Findings = append(v.Findings, finding{Path: f.Path, Message: f.Message})
+		}
+	case err != nil:
+		v.Error = err.Error()
+	}
+	if werr := icli.WriteJSON(w, v); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
 }

@@ -3,9 +3,12 @@ package cli
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
 	"github.com/ironcore-dev/os-builder/uki"
 )
@@ -14,8 +17,16 @@ func init() {
 	extraCommands = append(extraCommands, newPush, newInspect, newGenkey)
 }
 
+// pushResult is what `push --json` prints.
+type pushResult struct {
+	Reference string   `json:"reference"`
+	Digest    string   `json:"digest"`
+	Tags      []string `json:"tags,omitempty"`
+}
+
 func newPush(stdout, _ io.Writer) *cobra.Command {
 	var opts publish.Options
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "push OUTPUT [REF]",
 		Short: "Publish a build output as an OCI image index (default: the OCI layout out/oci)",
@@ -23,27 +34,33 @@ func newPush(stdout, _ io.Writer) *cobra.Command {
 boot identity. REF is a registry reference (registry/repo:tag) or oci:PATH[:TAG]
 for a local OCI layout; without REF it goes to oci:out/oci:<version>.
 Credentials come from the docker config and the environment, never from flags.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 1 || len(args) > 2 {
-				return usageError{fmt.Errorf("push: want OUTPUT [REF]")}
-			}
-			return nil
-		},
+		Args: icli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref := ""
+			var ref string
 			if len(args) == 2 {
 				ref = args[1]
+			} else {
+				// publish.Push's default, spelled out so that it can be reported.
+				m, err := osimage.ReadManifest(args[0])
+				if err != nil {
+					return err
+				}
+				ref = publish.LayoutPrefix + publish.DefaultLayout + ":" + m.Version
 			}
 			h, err := publish.Push(cmd.Context(), args[0], ref, opts)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, h.String())
-			return nil
+			if asJSON {
+				return icli.WriteJSON(stdout, pushResult{Reference: ref, Digest: h.String(), Tags: opts.Tags})
+			}
+			_, err = fmt.Fprintln(stdout, h.String())
+			return err
 		},
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	c.Flags().StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
+	icli.JSONFlag(c, &asJSON)
 	return c
 }
 
@@ -63,12 +80,19 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	icli.JSONFlag(c, &asJSON)
 	return c
+}
+
+// genkeyResult is what `genkey --json` prints.
+type genkeyResult struct {
+	Key  string `json:"key"`
+	Cert string `json:"cert"`
 }
 
 func newGenkey(stdout, _ io.Writer) *cobra.Command {
 	var cn string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "genkey DIR",
 		Short: "Make a Secure Boot signing key pair (db.key, db.crt) for tests and labs",
@@ -77,10 +101,15 @@ func newGenkey(stdout, _ io.Writer) *cobra.Command {
 			if err := uki.GenerateKey(args[0], cn); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "wrote %s/%s and %s/%s\n", args[0], uki.KeyFile, args[0], uki.CertFile)
-			return nil
+			key, cert := filepath.Join(args[0], uki.KeyFile), filepath.Join(args[0], uki.CertFile)
+			if asJSON {
+				return icli.WriteJSON(stdout, genkeyResult{Key: key, Cert: cert})
+			}
+			_, err := fmt.Fprintf(stdout, "wrote %s and %s\n", key, cert)
+			return err
 		},
 	}
 	c.Flags().StringVar(&cn, "common-name", "os-builder test signing key", "certificate subject CN")
+	icli.JSONFlag(c, &asJSON)
 	return c
 }

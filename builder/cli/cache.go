@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/cache"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
+)
+
+// defaultCacheDir is the one description of the default cache directory
+// (builder.DefaultCacheDir); README.md, the Makefile and --help say it.
+const defaultCacheDir = "$OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder"
+
+const cacheDirUsage = "cache directory (default " + defaultCacheDir + ")"
+
+func cacheDirFlag(f *pflag.FlagSet, dir *string) {
+	f.StringVar(dir, "cache-dir", "", cacheDirUsage)
+}
+
+// stdin is where destructive commands read their confirmation; a variable
+// so that tests can hand in a terminal.
+var stdin = os.Stdin
+
+func newCache(stdout io.Writer) *cobra.Command {
+	var dir string
+	c := &cobra.Command{Use: "cache", Short: "List, prune or import build cache entries"}
+	cacheDirFlag(c.PersistentFlags(), &dir)
+	open := func() (*cache.Store, error) {
+		if dir == "" {
+			dir = builder.DefaultCacheDir()
+		}
+		return cache.Open(dir)
+	}
+	var lsJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List cache entries, newest first",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			entries, err := s.List()
+			if err != nil {
+				return err
+			}
+			if lsJSON {
+				if entries == nil {
+					entries = []cache.Entry{}
+				}
+				return icli.WriteJSON(stdout, entries)
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tSTEP\tSIZE\tCREATED")
+			for _, e := range entries {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, humanBytes(e.Size), e.Created.Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	icli.JSONFlag(ls, &lsJSON)
+	c.AddCommand(ls, newCachePrune(stdout, open, &dir), newCacheImport(stdout, &dir))
+	return c
+}
+
+// pruneResult is what `cache prune --json` prints.
+type pruneResult struct {
+	Dir        string `json:"dir"`
+	FreedBytes int64  `json:"freedBytes"`
+}
+
+// newCachePrune is `builder cache prune`: deleting the whole cache costs
+// hours of rebuilds, so doing it needs --all or a yes on a terminal.
+func newCachePrune(stdout io.Writer, open func() (*cache.Store, error), dir *string) *cobra.Command {
+	var olderThan time.Duration
+	var all, asJSON bool
+	c := &cobra.Command{
+		Use:   "prune --all | --older-than DURATION",
+		Short: "Remove cache entries: all (--all) or those unused for --older-than",
+		Long: `Prune removes cache entries that no build is filling right now: with
+--older-than, those unused for that long; with --all, every one. Without
+either it asks on a terminal and refuses (exit 2) elsewhere.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case olderThan < 0:
+				return usageError{fmt.Errorf("--older-than %s is negative", olderThan)}
+			case all && olderThan > 0:
+				return usageError{errors.New("--all and --older-than exclude each other")}
+			}
+			s, err := open()
+			if err != nil {
+				return err
+			}
+			if !all && olderThan == 0 {
+				entries, err := s.List()
+				if err != nil {
+					return err
+				}
+				var size int64
+				for _, e := range entries {
+					size += e.Size
+				}
+				q := fmt.Sprintf("remove every entry of the cache %s (%d entries, %s)?", *dir, len(entries), humanBytes(size))
+				if err := icli.Confirm(stdin, cmd.ErrOrStderr(), q, "--all (or --older-than DURATION)"); err != nil {
+					return err
+				}
+			}
+			freed, err := s.Prune(olderThan)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return icli.WriteJSON(stdout, pruneResult{Dir: *dir, FreedBytes: freed})
+			}
+			_, err = fmt.Fprintf(stdout, "freed %s\n", humanBytes(freed))
+			return err
+		},
+	}
+	c.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
+	c.Flags().BoolVar(&all, "all", false, "every entry, without asking")
+	icli.JSONFlag(c, &asJSON)
+	return c
+}
