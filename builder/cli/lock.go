@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ironcore-dev/os-builder/builder"
+	icli "github.com/ironcore-dev/os-builder/internal/cli"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -28,7 +29,7 @@ func lockUsage(err error) error {
 }
 
 func newLock(stdout, stderr io.Writer) *cobra.Command {
-	var update bool
+	var update, asJSON bool
 	var exclude []string
 	c := &cobra.Command{
 		Use:   "lock RECIPE [--update [LAYER...]]",
@@ -84,6 +85,25 @@ that cannot be resolved fails the command and nothing is written.`,
 			if err := next.Write(); err != nil {
 				return err
 			}
+			for _, l := range r.Exclude {
+				fmt.Fprintf(stderr, "builder: layer %s excluded: its sources are not resolved\n", l)
+			}
+			if asJSON {
+				type change struct {
+					What      string              `json:"what"`
+					Source    recipe.LockedSource `json:"source"`
+					OldDigest string              `json:"oldDigest,omitempty"`
+				}
+				res := struct {
+					Lock    string                `json:"lock"`
+					Sources []recipe.LockedSource `json:"sources"`
+					Changes []change              `json:"changes"`
+				}{Lock: recipe.DisplayPath(path), Sources: next.Sources, Changes: []change{}}
+				for _, ch := range changes {
+					res.Changes = append(res.Changes, change{ch.What, ch.Source, ch.OldDigest})
+				}
+				return icli.WriteJSON(stdout, res)
+			}
 			for _, ch := range changes {
 				s := ch.Source
 				fmt.Fprintf(stdout, "%-8s %s %s %s %s", ch.What, s.Layer, s.Kind, s.Ref, s.Digest)
@@ -92,14 +112,12 @@ that cannot be resolved fails the command and nothing is written.`,
 				}
 				fmt.Fprintln(stdout)
 			}
-			for _, l := range r.Exclude {
-				fmt.Fprintf(stderr, "builder: layer %s excluded: its sources are not resolved\n", l)
-			}
 			fmt.Fprintf(stdout, "%s: %d source(s), %d change(s)\n", recipe.DisplayPath(path), len(next.Sources), len(changes))
 			return nil
 		},
 	}
 	c.Flags().BoolVar(&update, "update", false, "resolve again the sources of the LAYER arguments, or of every layer")
+	icli.JSONFlag(c, &asJSON)
 	c.Flags().StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer's sources unresolved (existing entries are kept)")
 	return c
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/ironcore-dev/os-builder/builder"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -165,10 +166,7 @@ func TestLockedBuildManifest(t *testing.T) {
 		"recipes/test.yaml":         strings.Replace(string(b), "layers:\n", "layers:\n  - layers/tools.yaml\n", 1),
 		"recipes/layers/tools.yaml": toolsLayer(ref),
 	})
-	cacheDir := os.Getenv("OSB_CACHE_DIR")
-	if cacheDir == "" {
-		cacheDir = filepath.Join(os.TempDir(), "os-builder-test-cache")
-	}
+	cacheDir := builder.DefaultCacheDir()
 	out := filepath.Join(tree, "out")
 	build := func(want int, extra ...string) (string, *osimage.BuildManifest) {
 		t.Helper()

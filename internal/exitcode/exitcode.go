@@ -39,7 +39,7 @@ type Code struct {
 var All = []Code{
 	{OK, "ok", "success"},
 	{Failed, "failed", "the command failed: a build step, a push, the findings of ignition validate"},
-	{Usage, "usage", "bad command, flag, argument, recipe or state file; a destructive command without its confirming flag"},
+	{Usage, "usage", "bad command, flag, argument, recipe or state file; a `--locked` build its lock does not cover; a destructive command without its confirming flag"},
 	{Mismatch, "mismatch", "the image lacks the artifacts for the boot method, or the BMC the capability"},
 	{Unavailable, "unavailable", "a BMC or registry failed or could not be reached (retrying may help)"},
 	{Timeout, "timeout", "a wait or --timeout ran out"},
