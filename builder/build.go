@@ -126,6 +126,9 @@ type build struct {
 	run   Runner
 	work  string
 	log   *Reporter
+	// bins and initBin are the built programs manifest.json lists.
+	bins    []binary
+	initBin string
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
@@ -158,6 +161,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.bins, b.initBin = binaries, initBin
 	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch, withRoot: true})
 	if err != nil {
 		return nil, err
@@ -307,6 +311,10 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 	for _, l := range b.r.Resolved {
 		layers = append(layers, l.Name)
 	}
+	progs, err := goPrograms(b.bins, b.initBin)
+	if err != nil {
+		return nil, err
+	}
 	return &osimage.BuildManifest{
 		Recipe:          b.r.Name,
 		Version:         b.r.Version,
@@ -317,6 +325,8 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		Layers:          layers,
 		ExcludedLayers:  b.r.Exclude,
 		Packages:        pkgs,
+		GoPrograms:      progs,
+		OCISources:      ociSources(b.r),
 		Artifacts:       arts,
 	}, nil
 }

@@ -34,8 +34,40 @@ type BuildManifest struct {
 	Layers         []string `json:"layers"`
 	ExcludedLayers []string `json:"excludedLayers,omitempty"`
 	// Packages maps each installed Debian package to its version.
-	Packages  map[string]string `json:"packages,omitempty"`
-	Artifacts []Artifact        `json:"artifacts"`
+	Packages map[string]string `json:"packages,omitempty"`
+	// GoPrograms are the Go programs the build compiled into the image (and
+	// the initrd's init), each with the modules its binary records: what
+	// the SBOM lists as Go components.
+	GoPrograms []GoProgram `json:"goPrograms,omitempty"`
+	// OCISources are the images the build took files from.
+	OCISources []OCISource `json:"ociSources,omitempty"`
+	Artifacts  []Artifact  `json:"artifacts"`
+}
+
+// GoProgram is one Go binary in the image and what it was built from,
+// read from the binary's own build information (as `go version -m`).
+type GoProgram struct {
+	// Path is where the binary is installed ("/init" for the initrd's).
+	Path      string `json:"path"`
+	GoVersion string `json:"goVersion"`
+	// Main is the main module; Deps are the modules linked in, sorted.
+	Main GoModule   `json:"main"`
+	Deps []GoModule `json:"deps,omitempty"`
+}
+
+// GoModule is a module path at a version with its go.sum hash (empty for
+// the main module of a local build).
+type GoModule struct {
+	Path    string `json:"path"`
+	Version string `json:"version"`
+	Sum     string `json:"sum,omitempty"`
+}
+
+// OCISource is an image files were taken from: the reference as the
+// recipe pins it (name@sha256:...) and the image paths taken.
+type OCISource struct {
+	Image string   `json:"image"`
+	Paths []string `json:"paths"`
 }
 
 // Artifact is one file of an output directory.

@@ -214,6 +214,12 @@ func TestInspectGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The provenance names the repository, whose port changes per run.
+	for i, r := range ins.Referrers {
+		if r.ArtifactType == publish.ArtifactTypeInToto {
+			ins.Referrers[i].Digest, ins.Referrers[i].Size = "sha256:(names the registry port)", 0
+		}
+	}
 	for _, tc := range []struct {
 		golden string
 		json   bool
