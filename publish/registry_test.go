@@ -17,9 +17,6 @@ var registryHost string
 // TestMain runs one registry for the whole package: starting one per test
 // would cost a process start and a readiness wait each.
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "push" {
-		os.Exit(pushHelper(os.Args[1:]))
-	}
 	reg, err := testutil.StartRegistry()
 	if err != nil && !(errors.Is(err, exec.ErrNotFound) && !testutil.CI()) {
 		fmt.Fprintln(os.Stderr, "registry:", err)

@@ -2,11 +2,87 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/osimage"
 )
+
+// Attested is what is attached to a pushed index, fetched and parsed.
+type Attested struct {
+	Digest    string // the index
+	Referrers []Referrer
+	// SBOM and Provenance are the attached documents, parsed, with the
+	// bytes they were parsed from.
+	SBOM            *SPDXDocument
+	SBOMBytes       []byte
+	Provenance      *Statement
+	Predicate       *SLSAProvenance
+	ProvenanceBytes []byte
+}
+
+// FetchAttestations lists the referrers of the index ref names in its
+// registry and fetches, checks and parses its SBOM and provenance: each
+// referrer manifest must name the index as subject, each blob match its
+// digest, and the provenance be about the index. It fails unless both are
+// there.
+func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested, error) {
+	r, err := resolve(ctx, ref, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.remote == nil {
+		return nil, fmt.Errorf("%s: attestations are attached in registries only", ref)
+	}
+	refs, err := listReferrers(ctx, r.remote.Context(), r.digest, opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &Attested{Digest: r.digest.String(), Referrers: refs}
+	for _, rf := range refs {
+		switch rf.ArtifactType {
+		case ArtifactTypeSPDX, ArtifactTypeInToto:
+		default:
+			continue
+		}
+		b, err := fetchAttestation(ctx, r.remote.Context(), rf, r.digest, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		if rf.ArtifactType == ArtifactTypeSPDX {
+			if a.SBOM != nil {
+				return nil, fmt.Errorf("%s: two SBOMs attached", ref)
+			}
+			if a.SBOM, err = ParseSBOM(b); err != nil {
+				return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
+			}
+			a.SBOMBytes = b
+			continue
+		}
+		if a.Provenance != nil {
+			return nil, fmt.Errorf("%s: two provenance statements attached", ref)
+		}
+		if a.Provenance, a.Predicate, err = ParseProvenance(b); err != nil {
+			return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
+		}
+		if got := "sha256:" + a.Provenance.Subject[0].Digest["sha256"]; got != a.Digest {
+			return nil, fmt.Errorf("%s: provenance %s is about %s, not %s", ref, rf.Digest, got, a.Digest)
+		}
+		a.ProvenanceBytes = b
+	}
+	var missing []string
+	if a.SBOM == nil {
+		missing = append(missing, ArtifactTypeSPDX)
+	}
+	if a.Provenance == nil {
+		missing = append(missing, ArtifactTypeInToto)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: no %s referrer attached to %s", ref, strings.Join(missing, " or "), a.Digest)
+	}
+	return a, nil
+}
 
 // Verify checks that ref holds exactly the image Push makes of the output
 // directories dirs, and, for a registry, that the SBOM and provenance are
@@ -15,6 +91,9 @@ import (
 // read) must equal the pushed one: any manifest, config or layer that
 // differs shows, and is named. It returns the inspection of ref.
 func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Inspection, error) {
+	if len(dirs) == 0 {
+		return nil, errors.New("verify: no output directory")
+	}
 	ins, err := Inspect(ctx, ref, opts)
 	if err != nil {
 		return nil, err
@@ -30,77 +109,45 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 	if ins.Digest != want.String() {
 		return ins, fmt.Errorf("%s is %s, the outputs %s make %s: %s", ref, ins.Digest, strings.Join(dirs, ", "), want, layerDiff(ins, dirs))
 	}
-	r, err := resolve(ctx, ref, opts)
+	t, err := ParseTarget(ref, opts)
+	if err != nil || t.Remote == nil {
+		return ins, err
+	}
+	a, err := FetchAttestations(ctx, ref, opts)
 	if err != nil {
-		return nil, err
+		return ins, err
 	}
-	if r.remote == nil {
-		return ins, nil
+	if a.Digest != ins.Digest {
+		return ins, fmt.Errorf("%s moved from %s to %s while it was verified", ref, ins.Digest, a.Digest)
 	}
-	var manifests []*osimage.BuildManifest
 	for _, d := range dirs {
 		m, err := osimage.ReadManifest(d)
 		if err != nil {
-			return nil, err
-		}
-		manifests = append(manifests, m)
-	}
-	found := map[string]bool{}
-	for _, rf := range ins.Referrers {
-		switch rf.ArtifactType {
-		case ArtifactTypeSPDX, ArtifactTypeInToto:
-		default:
-			continue
-		}
-		b, err := fetchAttestation(ctx, r.remote.Context(), rf, r.digest, opts)
-		if err != nil {
 			return ins, err
 		}
-		if rf.ArtifactType == ArtifactTypeSPDX {
-			doc, err := ParseSBOM(b)
-			if err != nil {
-				return ins, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
-			}
-			if err := sbomCovers(doc, manifests); err != nil {
-				return ins, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
-			}
-		} else {
-			st, _, err := ParseProvenance(b)
-			if err != nil {
-				return ins, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
-			}
-			if got := "sha256:" + st.Subject[0].Digest["sha256"]; got != ins.Digest {
-				return ins, fmt.Errorf("%s: provenance %s is about %s, not %s", ref, rf.Digest, got, ins.Digest)
-			}
-		}
-		found[rf.ArtifactType] = true
-	}
-	for _, t := range []string{ArtifactTypeSPDX, ArtifactTypeInToto} {
-		if !found[t] {
-			return ins, fmt.Errorf("%s: no %s referrer attached to %s", ref, t, ins.Digest)
+		if err := sbomCovers(a.SBOM, m); err != nil {
+			return ins, fmt.Errorf("%s: %w", ref, err)
 		}
 	}
 	return ins, nil
 }
 
 // sbomCovers checks that doc lists every Debian package and Go module the
-// build manifests record, at their versions.
-func sbomCovers(doc *SPDXDocument, manifests []*osimage.BuildManifest) error {
+// build manifest records, at their versions.
+func sbomCovers(doc *SPDXDocument, m *osimage.BuildManifest) error {
 	have := map[string]bool{}
 	for _, p := range doc.Packages {
 		have[p.Name+"@"+p.VersionInfo] = true
 	}
-	for _, m := range manifests {
-		for n, v := range m.Packages {
-			if !have[n+"@"+v] {
-				return fmt.Errorf("sbom lacks Debian package %s %s", n, v)
-			}
+	for n, v := range m.Packages {
+		if !have[n+"@"+v] {
+			return fmt.Errorf("sbom lacks Debian package %s %s", n, v)
 		}
-		for _, g := range m.GoPrograms {
-			for _, mod := range append([]osimage.GoModule{g.Main}, g.Deps...) {
-				if !have[mod.Path+"@"+mod.Version] {
-					return fmt.Errorf("sbom lacks Go module %s %s of %s", mod.Path, mod.Version, g.Path)
-				}
+	}
+	for _, g := range m.GoPrograms {
+		for _, mod := range append([]osimage.GoModule{g.Main}, g.Deps...) {
+			if !have[mod.Path+"@"+mod.Version] {
+				return fmt.Errorf("sbom lacks Go module %s %s of %s", mod.Path, mod.Version, g.Path)
 			}
 		}
 	}
