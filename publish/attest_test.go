@@ -292,3 +292,59 @@ func rewriteManifest(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 }
+
+// TestReferrersFallbackTag: docker-registry (distribution 2.8) has no
+// referrers API, so the push keeps the OCI fallback tag sha256-<index
+// hex>: an index listing the SBOM and provenance manifests with their
+// artifactType. Each is an OCI artifact manifest whose subject is the
+// index descriptor, with the empty config. Pushing again adds nothing.
+func TestReferrersFallbackTag(t *testing.T) {
+	host := requireRegistry(t)
+	ctx := context.Background()
+	out := outputDir(t, "amd64")
+	ref := host + "/fallback/img:1"
+	digest, err := publish.Push(ctx, out, ref, insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish.Push(ctx, out, ref, insecure); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := name.NewRepository(host+"/fallback/img", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idxDesc, err := remote.Get(repo.Tag("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := remote.Index(repo.Tag("sha256-" + digest.Hex))
+	if err != nil {
+		t.Fatalf("fallback tag: %v", err)
+	}
+	im, err := fb.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]bool{}
+	for _, d := range im.Manifests {
+		types[d.ArtifactType] = true
+		img, err := remote.Image(repo.Digest(d.Digest.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mf, err := img.Manifest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mf.Subject == nil || mf.Subject.Digest != digest || mf.Subject.Size != idxDesc.Size || mf.Subject.MediaType != idxDesc.MediaType {
+			t.Errorf("%s: subject %+v, want the index %s (%d bytes, %s)", d.ArtifactType, mf.Subject, digest, idxDesc.Size, idxDesc.MediaType)
+		}
+		if mf.ArtifactType != d.ArtifactType || mf.Config.MediaType != "application/vnd.oci.empty.v1+json" || mf.Config.Size != 2 || len(mf.Layers) != 1 {
+			t.Errorf("%s: manifest %+v", d.ArtifactType, mf)
+		}
+	}
+	if len(im.Manifests) != 2 || !types[publish.ArtifactTypeSPDX] || !types[publish.ArtifactTypeInToto] {
+		t.Errorf("fallback index lists %+v, want one SBOM and one provenance", im.Manifests)
+	}
+}
