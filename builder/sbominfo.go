@@ -4,6 +4,7 @@ import (
 	"debug/buildinfo"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -32,11 +33,19 @@ func goPrograms(bins []binary, initBin string) ([]osimage.GoProgram, error) {
 		}
 	}
 	for _, b := range bins {
-		if len(b.step) < 3 || b.step[:3] != "go:" {
+		ref, ok := strings.CutPrefix(b.step, "go:")
+		if !ok {
 			continue
 		}
 		if err := add(b.src, b.dest); err != nil {
 			return nil, err
+		}
+		// The step builds inside the module's own tree, with no VCS
+		// information, so the binary records its main module as
+		// "(devel)": the version is the one the recipe pinned.
+		p := &out[len(out)-1]
+		if mod, version, _ := strings.Cut(ref, "@"); p.Main.Path == mod && (p.Main.Version == "" || p.Main.Version == "(devel)") {
+			p.Main.Version = version
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })

@@ -29,7 +29,9 @@ func TestGoPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	bins := []binary{
-		{src: self, dest: "/usr/bin/prog", step: "go:example.com/prog@v1.0.0"},
+		// A go step of this module: the binary says (devel), the
+		// recipe's pin names the version.
+		{src: self, dest: "/usr/bin/prog", step: "go:github.com/ironcore-dev/os-builder@v9.9.9"},
 		{src: "/nonexistent", dest: "/usr/bin/from-oci", step: "oci:example.com/img@sha256:00"},
 	}
 	progs, err := goPrograms(bins, self)
@@ -40,8 +42,11 @@ func TestGoPrograms(t *testing.T) {
 		t.Fatalf("programs %+v, want /init and /usr/bin/prog", progs)
 	}
 	p := progs[1]
-	if p.Main.Path != "github.com/ironcore-dev/os-builder" || p.GoVersion != bi.GoVersion {
-		t.Errorf("main %+v go %s, want this module built with %s", p.Main, p.GoVersion, bi.GoVersion)
+	if p.Main.Path != "github.com/ironcore-dev/os-builder" || p.Main.Version != "v9.9.9" || p.GoVersion != bi.GoVersion {
+		t.Errorf("main %+v go %s, want this module at the pinned v9.9.9 built with %s", p.Main, p.GoVersion, bi.GoVersion)
+	}
+	if progs[0].Main.Version != bi.Main.Version {
+		t.Errorf("init main version %q, binary says %q", progs[0].Main.Version, bi.Main.Version)
 	}
 	if len(p.Deps) != len(bi.Deps) || len(p.Deps) == 0 {
 		t.Fatalf("%d deps, the binary links %d", len(p.Deps), len(bi.Deps))
