@@ -134,6 +134,8 @@ type build struct {
 	// pinned lists the sources with their digests, for the manifest.
 	pinned []osimage.Source
 	init   string // the init's host path, once written
+	// bins are the built programs manifest.json lists.
+	bins []binary
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
@@ -173,6 +175,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.bins = binaries
 	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch, withRoot: true})
 	if err != nil {
 		return nil, err
@@ -326,6 +329,10 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 	for _, l := range b.r.Resolved {
 		layers = append(layers, l.Name)
 	}
+	progs, err := goPrograms(b.bins, b.init)
+	if err != nil {
+		return nil, err
+	}
 	return &osimage.BuildManifest{
 		Recipe:          b.r.Name,
 		Version:         b.r.Version,
@@ -338,6 +345,8 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		Packages:        pkgs,
 		Sources:         b.pinned,
 		Init:            initMeta,
+		GoPrograms:      progs,
+		OCISources:      ociSources(b.r),
 		Artifacts:       arts,
 	}, nil
 }

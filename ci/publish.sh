@@ -3,7 +3,10 @@
 #   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>
 #   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>-<git sha7>
 #   $OS_IMAGES_REGISTRY/os-images/<recipe name>:latest      (main branch only)
-# (docs/image-format.md, "Tags"). Runs the same locally and in CI, e.g. against
+# (docs/image-format.md, "Tags"), with an SBOM and SLSA provenance attached as
+# OCI referrers, then checks every pushed tag with `builder inspect --verify`
+# (the pushed index is the one the output makes, SBOM and provenance attached
+# and about it) and lists it in $OUT_DIR/pushed.txt. Runs the same locally and in CI, e.g. against
 # a local registry:
 #   docker-registry serve config.yml &   # http.addr 127.0.0.1:5000
 #   OS_IMAGES_REGISTRY=127.0.0.1:5000 ci/publish.sh recipes/hypervisor.yaml
@@ -13,8 +16,12 @@
 #   OS_IMAGES_INSECURE  1: plain HTTP (loopback hosts use HTTP anyway)
 #   BUILDER             builder command (default: go run ./cmd/builder)
 #   OUT_DIR             where outputs go (default: out/publish)
-#   BUILD_FLAGS         extra `builder build` flags, e.g. "--exclude-layer dpservice"
+#   BUILD_FLAGS         extra `builder build` flags, e.g. "--locked" or
+#                       "--sign-key db.key --sign-cert db.crt" (without a key
+#                       the UKIs are unsigned, and this script says so)
 #   GIT_SHA, GIT_BRANCH override what git reports (CI sets them)
+#   SOURCE_REPO         provenance: source repository URI (default: git remote origin)
+#   BUILDER_ID          provenance: who builds, e.g. the CI run URL
 #   DRY_RUN             1: print the build and push commands, run none
 # Arguments: recipe files; default every recipes/*.yaml that is not a test
 # recipe (test.yaml, test-*.yaml, *-test.yaml).
@@ -28,11 +35,16 @@ registry=${OS_IMAGES_REGISTRY%/}
 read -r -a builder <<<"${BUILDER:-go run ./cmd/builder}"
 out_dir=${OUT_DIR:-out/publish}
 read -r -a build_flags <<<"${BUILD_FLAGS:-}"
-sha=${GIT_SHA:-$(git rev-parse HEAD)}
-sha=${sha:0:7}
+commit=${GIT_SHA:-$(git rev-parse HEAD)}
+sha=${commit:0:7}
+source_repo=${SOURCE_REPO:-$(git remote get-url origin 2>/dev/null || true)}
 branch=${GIT_BRANCH:-$(git rev-parse --abbrev-ref HEAD)}
-push_flags=()
-if [[ ${OS_IMAGES_INSECURE:-} == 1 ]]; then push_flags+=(--insecure); fi
+net_flags=()
+if [[ ${OS_IMAGES_INSECURE:-} == 1 ]]; then net_flags+=(--insecure); fi
+signed=0
+for f in ${build_flags[@]+"${build_flags[@]}"}; do
+	if [[ $f == --sign-key || $f == --sign-key=* ]]; then signed=1; fi
+done
 
 run() {
 	echo "+ $*" >&2
@@ -64,6 +76,9 @@ if [[ ${#recipes[@]} -eq 0 ]]; then
 	echo "publish: no recipes to publish" >&2
 	exit 0
 fi
+mkdir -p "$out_dir"
+pushed_list="$out_dir/pushed.txt"
+: >"$pushed_list"
 
 for recipe in "${recipes[@]}"; do
 	name=$(top_level name "$recipe")
@@ -76,12 +91,27 @@ for recipe in "${recipes[@]}"; do
 	output="$out_dir/$name"
 	repo="$registry/os-images/$name"
 
+	if [[ $signed == 0 ]]; then
+		echo "publish: $recipe: UKIs are unsigned (no --sign-key in BUILD_FLAGS)" >&2
+	fi
 	run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --output "$output"
 	tags=("$version" "$version-$sha")
 	if [[ $branch == main ]]; then tags+=(latest); fi
-	# Pushing the same output again only re-tags: every blob is already there.
+	# One push: the index, every tag on it, then the SBOM and provenance
+	# attached to its digest.
+	provenance=(--recipe "$recipe" --source-commit "$commit")
+	lock=${recipe%.yaml}.lock
+	if [[ -f $lock ]]; then provenance+=(--lock "$lock"); fi
+	if [[ -n $source_repo ]]; then provenance+=(--source-repo "$source_repo"); fi
+	if [[ -n ${BUILDER_ID:-} ]]; then provenance+=(--builder-id "$BUILDER_ID"); fi
+	extra=()
+	for tag in "${tags[@]:1}"; do extra+=(--tag "$tag"); done
+	run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} "${provenance[@]}" "${extra[@]}" "$output" "$repo:${tags[0]}"
+	# Every tag must now name exactly this output, SBOM and provenance
+	# attached: no tag is trusted to be right because the push said so.
 	for tag in "${tags[@]}"; do
-		run "${builder[@]}" push "${push_flags[@]}" "$output" "$repo:$tag"
+		run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "$output" "$repo:$tag" >/dev/null
+		echo "$repo:$tag" >>"$pushed_list"
 	done
 	echo "publish: $recipe -> $repo:{$(
 		IFS=,

@@ -39,8 +39,14 @@ type BuildManifest struct {
 	// digest used and where that digest came from.
 	Sources []Source `json:"sources,omitempty"`
 	// Init is the initrd's init the build used.
-	Init      *InitInfo  `json:"init,omitempty"`
-	Artifacts []Artifact `json:"artifacts"`
+	Init *InitInfo `json:"init,omitempty"`
+	// GoPrograms are the Go programs the build compiled into the image (and
+	// the initrd's init), each with the modules its binary records: what
+	// the SBOM lists as Go components.
+	GoPrograms []GoProgram `json:"goPrograms,omitempty"`
+	// OCISources are the images the build took files from.
+	OCISources []OCISource `json:"ociSources,omitempty"`
+	Artifacts  []Artifact  `json:"artifacts"`
 }
 
 // Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is
@@ -62,6 +68,32 @@ type Source struct {
 type InitInfo struct {
 	SHA256    string `json:"sha256"`              // hex
 	GoVersion string `json:"goVersion,omitempty"` // the toolchain that built it
+}
+
+// GoProgram is one Go binary in the image and what it was built from,
+// read from the binary's own build information (as `go version -m`).
+type GoProgram struct {
+	// Path is where the binary is installed ("/init" for the initrd's).
+	Path      string `json:"path"`
+	GoVersion string `json:"goVersion"`
+	// Main is the main module; Deps are the modules linked in, sorted.
+	Main GoModule   `json:"main"`
+	Deps []GoModule `json:"deps,omitempty"`
+}
+
+// GoModule is a module path at a version with its go.sum hash (empty for
+// the main module of a local build).
+type GoModule struct {
+	Path    string `json:"path"`
+	Version string `json:"version"`
+	Sum     string `json:"sum,omitempty"`
+}
+
+// OCISource is an image files were taken from: the reference as the
+// recipe pins it (name@sha256:...) and the image paths taken.
+type OCISource struct {
+	Image string   `json:"image"`
+	Paths []string `json:"paths"`
 }
 
 // Artifact is one file of an output directory.

@@ -86,7 +86,7 @@ func TestResolveLikeBootOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := osimage.ResolveLikeBootOperator(idx, "amd64")
+	v, err := osimagetest.ResolveLikeBootOperator(idx, "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +102,14 @@ func TestResolveLikeBootOperator(t *testing.T) {
 	if v.CommandLine != osimagetest.Cmdline {
 		t.Errorf("commandLine = %q", v.CommandLine)
 	}
-	arm, err := osimage.ResolveLikeBootOperator(idx, "arm64")
+	arm, err := osimagetest.ResolveLikeBootOperator(idx, "arm64")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if arm.PXEReady() == nil || arm.HTTPReady() != nil {
 		t.Errorf("arm64 view = %+v", arm)
 	}
-	if _, err := osimage.ResolveLikeBootOperator(idx, "riscv64"); err == nil {
+	if _, err := osimagetest.ResolveLikeBootOperator(idx, "riscv64"); err == nil {
 		t.Error("riscv64 resolved")
 	}
 }
@@ -156,7 +156,7 @@ func TestReadRefusesTamperedBlobs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = osimage.ResolveLikeBootOperator(read, "amd64")
+			_, err = osimagetest.ResolveLikeBootOperator(read, "amd64")
 			if tc.resolve != errors.Is(err, ocistore.ErrDigestMismatch) {
 				t.Errorf("ResolveLikeBootOperator: err = %v, want a digest mismatch: %v", err, tc.resolve)
 			}

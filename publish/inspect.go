@@ -17,6 +17,9 @@ type Inspection struct {
 	Digest    string              `json:"digest"`
 	MediaType string              `json:"mediaType"`
 	Manifests []InspectedManifest `json:"manifests"`
+	// Referrers are the manifests attached to the digest (SBOM,
+	// provenance); registries only, layouts carry none.
+	Referrers []Referrer `json:"referrers,omitempty"`
 }
 
 // InspectedManifest is one architecture's image and its boot identity.
@@ -92,6 +95,11 @@ func Inspect(ctx context.Context, ref string, opts Options) (*Inspection, error)
 		}
 		ins.Manifests = append(ins.Manifests, im)
 	}
+	if r.remote != nil {
+		if ins.Referrers, err = listReferrers(ctx, r.remote.Context(), r.digest, opts); err != nil {
+			return nil, err
+		}
+	}
 	return ins, nil
 }
 
@@ -136,6 +144,16 @@ func WriteInspection(w io.Writer, ins *Inspection, asJSON bool) error {
 			fmt.Fprintf(lw, "  %s\t%s\t%s\t%s\t%s\n", orDash(l.Title), l.MediaType, humanSize(l.Size), shortDigest(l.Digest), orDash(l.Boot))
 		}
 		if err := lw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(ins.Referrers) > 0 {
+		rw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(rw, "\nReferrers:\n  ARTIFACT TYPE\tSIZE\tDIGEST\n")
+		for _, r := range ins.Referrers {
+			fmt.Fprintf(rw, "  %s\t%s\t%s\n", orDash(r.ArtifactType), humanSize(r.Size), r.Digest)
+		}
+		if err := rw.Flush(); err != nil {
 			return err
 		}
 	}

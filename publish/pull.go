@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -23,6 +24,7 @@ import (
 // images, or a lone image manifest.
 type resolved struct {
 	ref       string
+	remote    name.Reference // nil for layouts
 	digest    v1.Hash
 	mediaType types.MediaType
 	images    []platformImage
@@ -104,7 +106,7 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &resolved{ref: t.String()}
+	r := &resolved{ref: t.String(), remote: t.Remote}
 	var (
 		idx  v1.ImageIndex
 		img  v1.Image

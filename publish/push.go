@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/match"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -48,10 +49,13 @@ func PushDirs(ctx context.Context, dirs []string, ref string, opts Options) (v1.
 		tags := append([]string{t.LayoutTag}, opts.Tags...)
 		return writeLayout(idx, t.LayoutPath, tags)
 	}
-	return pushRemote(ctx, idx, t.Remote, opts)
+	return pushRemote(ctx, idx, dirs, t.Remote, opts)
 }
 
-func pushRemote(ctx context.Context, idx v1.ImageIndex, ref name.Reference, opts Options) (v1.Hash, error) {
+// pushRemote writes the index and its tags, then attaches the SBOM and the
+// provenance to the index digest as OCI referrers (docs/image-format.md,
+// "Attestations").
+func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.Reference, opts Options) (v1.Hash, error) {
 	digest, err := idx.Digest()
 	if err != nil {
 		return v1.Hash{}, err
@@ -68,6 +72,17 @@ func pushRemote(ctx context.Context, idx v1.ImageIndex, ref name.Reference, opts
 		if err := remote.Tag(t, idx, ropts...); err != nil {
 			return digest, fmt.Errorf("tag %s: %w", t, err)
 		}
+	}
+	subject, err := partial.Descriptor(idx)
+	if err != nil {
+		return digest, err
+	}
+	atts, err := Attestations(dirs, ref.Context().Name(), digest.String(), opts.Provenance)
+	if err != nil {
+		return digest, err
+	}
+	if _, err := pushReferrers(ctx, ref.Context(), *subject, atts, opts); err != nil {
+		return digest, err
 	}
 	return digest, nil
 }

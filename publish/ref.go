@@ -40,6 +40,9 @@ type Options struct {
 	Tags []string
 	// Arch selects the platform for Pull; empty means the only one.
 	Arch string
+	// Provenance is recorded in the provenance Push attaches to a
+	// registry push.
+	Provenance Provenance
 }
 
 func (o Options) remoteOptions(ctx context.Context) []remote.Option {

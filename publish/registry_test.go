@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -17,8 +19,10 @@ var registryHost string
 // TestMain runs one registry for the whole package: starting one per test
 // would cost a process start and a readiness wait each.
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "push" {
-		os.Exit(pushHelper(os.Args[1:]))
+	// Fuzz workers run only the fuzz function: no registry for them (one
+	// per worker process, left behind when the fuzzer stops a worker).
+	if slices.ContainsFunc(os.Args[1:], func(a string) bool { return strings.HasPrefix(a, "-test.fuzzworker") }) {
+		os.Exit(m.Run())
 	}
 	reg, err := testutil.StartRegistry()
 	if err != nil && !(errors.Is(err, exec.ErrNotFound) && !testutil.CI()) {

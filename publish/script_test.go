@@ -2,41 +2,102 @@ package publish_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
 )
 
-// helperEnv makes the test binary act as `builder push [--insecure] DIR REF`
-// for the ci/publish.sh test (the CLI itself is built elsewhere).
-const helperEnv = "PUBLISH_TEST_HELPER"
+var (
+	builderOnce sync.Once
+	builderBin  string
+	builderErr  error
+)
 
-func pushHelper(args []string) int {
-	var opts publish.Options
-	if len(args) > 0 && args[0] == "--insecure" {
-		opts.Insecure, args = true, args[1:]
+// builderBinary builds cmd/builder once per test binary: ci/publish.sh runs
+// the real CLI (push, inspect --verify), not a stand-in.
+func builderBinary(t testing.TB) string {
+	t.Helper()
+	builderOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "osb-publish-test-")
+		if err != nil {
+			builderErr = err
+			return
+		}
+		builderBin = filepath.Join(dir, "builder")
+		cmd := exec.Command("go", "build", "-o", builderBin, "../cmd/builder")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			builderErr = fmt.Errorf("go build ./cmd/builder: %v\n%s", err, out)
+		}
+	})
+	if builderErr != nil {
+		t.Fatal(builderErr)
 	}
-	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: push [--insecure] DIR REF")
-		return 2
+	return builderBin
+}
+
+// publishRun is one ci/publish.sh run against the test registry.
+type publishRun struct {
+	recipe string // recipe file
+	output string // prebuilt output that `builder build` stands for
+	prefix string // registry path prefix
+	branch string
+	flags  string // BUILD_FLAGS
+}
+
+// runPublish runs ci/publish.sh with the real builder for push and
+// inspect; its build step links the prebuilt output into place (this
+// package tests publishing, the builder's tests the build). It returns
+// the references publish.sh reports as pushed and its output.
+func runPublish(t *testing.T, host string, r publishRun) ([]string, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	real := builderBinary(t)
+	wrapper := filepath.Join(tmp, "builder")
+	script := fmt.Sprintf(`#!/bin/bash
+set -euo pipefail
+if [[ $1 == build ]]; then
+	out=${@: -1}
+	mkdir -p "$out"
+	cp -al %[1]q/. "$out"/ 2>/dev/null || cp -a %[1]q/. "$out"/
+	exit 0
+fi
+exec %[2]q "$@"
+`, r.output, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	d, err := publish.Push(context.Background(), args[0], args[1], opts)
+	outDir := filepath.Join(tmp, "out")
+	cmd := exec.Command("bash", "../ci/publish.sh", r.recipe)
+	cmd.Env = append(os.Environ(),
+		"OS_IMAGES_REGISTRY="+host+"/"+r.prefix, "OS_IMAGES_INSECURE=1", "BUILDER="+wrapper,
+		"OUT_DIR="+outDir, "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_BRANCH="+r.branch,
+		"BUILD_FLAGS="+r.flags, "SOURCE_REPO=git+https://example.test/os-builder", "BUILDER_ID=https://example.test/run/1")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		t.Fatalf("publish.sh: %v\n%s", err, out)
 	}
-	fmt.Println(d)
-	return 0
+	b, err := os.ReadFile(filepath.Join(outDir, "pushed.txt"))
+	if err != nil {
+		t.Fatalf("publish.sh wrote no pushed.txt: %v\n%s", err, out)
+	}
+	return strings.Fields(string(b)), string(out)
 }
 
 // TestPublishScript runs ci/publish.sh against the real registry with a
-// stand-in builder whose build copies a fake output directory and whose push
-// is publish.Push, and checks the tag scheme.
+// small output and checks the tag scheme, that pushed.txt lists exactly
+// the tags pushed (the workflow's Inspect step reads it; it used to guess
+// :<sha7>, a tag publish.sh never pushed), and that a build without a key
+// says its UKIs are unsigned.
 func TestPublishScript(t *testing.T) {
 	host := requireRegistry(t)
 	tmp := t.TempDir()
@@ -45,50 +106,110 @@ func TestPublishScript(t *testing.T) {
 	if err := os.WriteFile(recipe, []byte("name: hypervisor\nversion: \"1.2.0\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	builder := filepath.Join(tmp, "builder")
-	script := fmt.Sprintf(`#!/bin/bash
-set -euo pipefail
-case $1 in
-build) mkdir -p "$4" && cp -r %q/. "$4"/ ;;
-push) shift; %s=push exec %q "$@" ;;
-*) exit 2 ;;
-esac
-`, fake, helperEnv, self)
-	if err := os.WriteFile(builder, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, branch := range []string{"feature", "main"} {
-		cmd := exec.Command("bash", "../ci/publish.sh", recipe)
-		cmd.Env = append(os.Environ(),
-			"OS_IMAGES_REGISTRY="+host+"/script-"+branch, "OS_IMAGES_INSECURE=1", "BUILDER="+builder,
-			"OUT_DIR="+filepath.Join(tmp, "out"), "GIT_SHA=0123456789abcdef", "GIT_BRANCH="+branch)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("publish.sh on %s: %v\n%s", branch, err, out)
+	for _, tc := range []struct {
+		branch   string
+		flags    string
+		tags     []string
+		unsigned bool
+	}{
+		{"feature", "", []string{"1.2.0", "1.2.0-0123456"}, true},
+		{"main", "--sign-key k --sign-cert c", []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
+	} {
+		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: fake, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
+		repo := host + "/script-" + tc.branch + "/os-images/hypervisor"
+		var want []string
+		for _, tag := range tc.tags {
+			want = append(want, repo+":"+tag)
 		}
-		repo := host + "/script-" + branch + "/os-images/hypervisor"
+		if strings.Join(pushed, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: pushed.txt = %q, want %q", tc.branch, pushed, want)
+		}
+		if got := strings.Contains(log, "UKIs are unsigned"); got != tc.unsigned {
+			t.Errorf("%s: says unsigned = %v, want %v:\n%s", tc.branch, got, tc.unsigned, log)
+		}
 		var digests []string
-		for _, tag := range []string{"1.2.0", "1.2.0-0123456", "latest"} {
-			ins, err := publish.Inspect(context.Background(), repo+":"+tag, insecure)
-			if tag == "latest" && branch != "main" {
-				if err == nil {
-					t.Errorf("%s: latest pushed from a branch", branch)
-				}
-				continue
-			}
+		for _, ref := range pushed {
+			ins, err := publish.Inspect(context.Background(), ref, insecure)
 			if err != nil {
-				t.Fatalf("%s: %v\n%s", tag, err, out)
+				t.Fatalf("%s: %v\n%s", ref, err, log)
 			}
 			digests = append(digests, ins.Digest)
 		}
 		for _, d := range digests[1:] {
 			if d != digests[0] {
-				t.Errorf("%s: tags point at different digests %s", branch, strings.Join(digests, " "))
+				t.Errorf("%s: tags point at different digests %s", tc.branch, strings.Join(digests, " "))
 			}
+		}
+		if tc.branch != "main" {
+			if _, err := publish.Inspect(context.Background(), repo+":latest", insecure); err == nil {
+				t.Errorf("%s: latest pushed from a branch", tc.branch)
+			}
+		}
+	}
+}
+
+// TestPublishPipeline is the os-images pipeline end to end on the built
+// test image: ci/publish.sh pushes it to a real registry (and verifies
+// each tag itself), then every pushed tag is inspected with `builder
+// inspect --json`, its SBOM and provenance referrers fetched and parsed:
+// the SBOM lists the image's Debian packages and Go modules, the
+// provenance's subject is the pushed index.
+func TestPublishPipeline(t *testing.T) {
+	host := requireRegistry(t)
+	out := testutil.Output(t, testutil.TestOutputEnv)
+	m, err := osimage.ReadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe, err := filepath.Abs("../recipes/test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: out, prefix: "pipeline", branch: "main"})
+	t.Logf("publish.sh of %s: %s\n%s", out, time.Since(start).Round(time.Millisecond), log)
+	if len(pushed) != 3 {
+		t.Fatalf("pushed %q, want 3 tags", pushed)
+	}
+	// Again, as the next CI run of an unchanged commit: every blob is
+	// there, and the deterministic SBOM and provenance are not attached
+	// twice.
+	start = time.Now()
+	again, _ := runPublish(t, host, publishRun{recipe: recipe, output: out, prefix: "pipeline", branch: "main"})
+	t.Logf("warm publish.sh: %s", time.Since(start).Round(time.Millisecond))
+	if strings.Join(again, " ") != strings.Join(pushed, " ") {
+		t.Errorf("second run pushed %q, first %q", again, pushed)
+	}
+	bin := builderBinary(t)
+	ctx := context.Background()
+	for _, ref := range pushed {
+		cmdOut := testutil.Run(t, bin, "inspect", "--insecure", "--json", ref)
+		var ins publish.Inspection
+		if err := json.Unmarshal(cmdOut, &ins); err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		atts, err := publish.FetchAttestations(ctx, ref, insecure)
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		if len(ins.Referrers) != 2 || len(atts.Referrers) != 2 {
+			t.Errorf("%s: referrers %+v, want an SBOM and a provenance", ref, ins.Referrers)
+		}
+		debs := atts.SBOM.PackagesWithPURL("pkg:deb/")
+		if len(debs) != len(m.Packages) || len(debs) == 0 {
+			t.Errorf("%s: SBOM lists %d Debian packages, manifest.json %d", ref, len(debs), len(m.Packages))
+		}
+		if len(m.GoPrograms) > 0 && len(atts.SBOM.PackagesWithPURL("pkg:golang/")) == 0 {
+			t.Errorf("%s: manifest.json has Go programs, the SBOM no Go modules", ref)
+		}
+		if got := "sha256:" + atts.Provenance.Subject[0].Digest["sha256"]; got != ins.Digest {
+			t.Errorf("%s: provenance subject %s, pushed index %s", ref, got, ins.Digest)
+		}
+		if atts.Predicate.RunDetails.Builder.ID != "https://example.test/run/1" {
+			t.Errorf("%s: builder id %q", ref, atts.Predicate.RunDetails.Builder.ID)
+		}
+		if ref == pushed[0] {
+			t.Logf("SBOM %d bytes (%d packages), provenance %d bytes", len(atts.SBOMBytes), len(atts.SBOM.Packages), len(atts.ProvenanceBytes))
 		}
 	}
 }

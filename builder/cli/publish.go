@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -61,18 +62,31 @@ Credentials come from the docker config and the environment, never from flags.`,
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	c.Flags().StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
 	icli.JSONFlag(c, &asJSON)
+	// Recorded in the provenance attached to registry pushes.
+	c.Flags().StringVar(&opts.Provenance.Recipe, "recipe", "", "provenance: the recipe file built (its sha256 is recorded)")
+	c.Flags().StringVar(&opts.Provenance.Lock, "lock", "", "provenance: the recipe's lock file (its sha256 is recorded)")
+	c.Flags().StringVar(&opts.Provenance.SourceRepo, "source-repo", "", "provenance: source repository URI, e.g. git+https://github.com/ORG/REPO")
+	c.Flags().StringVar(&opts.Provenance.SourceCommit, "source-commit", "", "provenance: full git commit built")
+	c.Flags().StringVar(&opts.Provenance.BuilderID, "builder-id", "", "provenance: who ran the build, e.g. a CI run URL (default "+publish.DefaultBuilderID+")")
 	return c
 }
 
 func newInspect(stdout, _ io.Writer) *cobra.Command {
 	var opts publish.Options
 	var asJSON bool
+	var verify []string
 	c := &cobra.Command{
 		Use:   "inspect REF",
-		Short: "Print an image's artifacts and boot identity",
+		Short: "Print an image's artifacts, boot identity and referrers (SBOM, provenance)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ins, err := publish.Inspect(cmd.Context(), args[0], opts)
+			inspect := publish.Inspect
+			if len(verify) > 0 {
+				inspect = func(ctx context.Context, ref string, opts publish.Options) (*publish.Inspection, error) {
+					return publish.Verify(ctx, ref, verify, opts)
+				}
+			}
+			ins, err := inspect(cmd.Context(), args[0], opts)
 			if err != nil {
 				return err
 			}
@@ -81,6 +95,7 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	icli.JSONFlag(c, &asJSON)
+	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached")
 	return c
 }
 

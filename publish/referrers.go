@@ -1,0 +1,205 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/ocistore"
+	"github.com/ironcore-dev/os-builder/osimage"
+)
+
+// The OCI 1.1 empty config of artifact manifests: the two bytes "{}".
+const (
+	emptyConfigMediaType = "application/vnd.oci.empty.v1+json"
+	emptyConfig          = "{}"
+)
+
+// Attestation is one blob attached to an index as an OCI referrer.
+type Attestation struct {
+	ArtifactType string
+	Data         []byte
+	// Annotations go on the referrer manifest.
+	Annotations map[string]string
+}
+
+// Attestations returns the SBOM and the provenance statement for the
+// index (digest index, pushed to repo) built from dirs.
+func Attestations(dirs []string, repo, index string, p Provenance) ([]Attestation, error) {
+	var manifests []*osimage.BuildManifest
+	for _, d := range dirs {
+		m, err := osimage.ReadManifest(d)
+		if err != nil {
+			return nil, err
+		}
+		manifests = append(manifests, m)
+	}
+	version := BuilderVersion()
+	sbom, err := NewSBOM(manifests, index, version)
+	if err != nil {
+		return nil, err
+	}
+	prov, err := NewProvenance(manifests, repo, index, p, version)
+	if err != nil {
+		return nil, err
+	}
+	return []Attestation{
+		{ArtifactType: ArtifactTypeSPDX, Data: sbom},
+		{ArtifactType: ArtifactTypeInToto, Data: prov, Annotations: map[string]string{AnnotationPredicate: SLSAProvenanceType}},
+	}, nil
+}
+
+// referrerImage is an OCI artifact manifest: artifactType, the empty
+// config, the attestation as its one layer and subject = the index.
+type referrerImage struct {
+	raw   []byte
+	layer v1.Layer
+}
+
+func newReferrerImage(a Attestation, subject v1.Descriptor) (v1.Image, error) {
+	layer := static.NewLayer(a.Data, types.MediaType(a.ArtifactType))
+	ld, err := partial.Descriptor(layer)
+	if err != nil {
+		return nil, err
+	}
+	cd, _, err := v1.SHA256(bytes.NewReader([]byte(emptyConfig)))
+	if err != nil {
+		return nil, err
+	}
+	mf := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  a.ArtifactType,
+		Config:        v1.Descriptor{MediaType: emptyConfigMediaType, Digest: cd, Size: int64(len(emptyConfig)), Data: []byte(emptyConfig)},
+		Layers:        []v1.Descriptor{{MediaType: ld.MediaType, Digest: ld.Digest, Size: ld.Size}},
+		Subject:       &v1.Descriptor{MediaType: subject.MediaType, Digest: subject.Digest, Size: subject.Size},
+		Annotations:   a.Annotations,
+	}
+	raw, err := json.Marshal(mf)
+	if err != nil {
+		return nil, err
+	}
+	return partial.CompressedToImage(&referrerImage{raw: raw, layer: layer})
+}
+
+func (r *referrerImage) RawManifest() ([]byte, error)        { return r.raw, nil }
+func (r *referrerImage) RawConfigFile() ([]byte, error)      { return []byte(emptyConfig), nil }
+func (r *referrerImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (r *referrerImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if d, _ := r.layer.Digest(); d == h {
+		return r.layer, nil
+	}
+	return nil, fmt.Errorf("referrer has no blob %s", h)
+}
+
+// pushReferrers attaches atts to the index subject in repo. go-containerregistry
+// pushes each manifest by digest and, where the registry has no referrers
+// API, adds it to the index under the fallback tag sha256-<hex>.
+func pushReferrers(ctx context.Context, repo name.Repository, subject v1.Descriptor, atts []Attestation, opts Options) ([]v1.Descriptor, error) {
+	var out []v1.Descriptor
+	for _, a := range atts {
+		img, err := newReferrerImage(a, subject)
+		if err != nil {
+			return nil, fmt.Errorf("%s referrer: %w", a.ArtifactType, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return nil, err
+		}
+		if err := remote.Write(repo.Digest(d.String()), img, opts.remoteOptions(ctx)...); err != nil {
+			return nil, fmt.Errorf("push %s referrer of %s: %w", a.ArtifactType, subject.Digest, err)
+		}
+		out = append(out, v1.Descriptor{ArtifactType: a.ArtifactType, Digest: d})
+	}
+	return out, nil
+}
+
+// Referrer is one manifest that names an index as its subject.
+type Referrer struct {
+	ArtifactType string `json:"artifactType"`
+	Digest       string `json:"digest"`
+	Size         int64  `json:"size"`
+}
+
+// listReferrers lists what refers to digest in repo, sorted by type and
+// digest: through the referrers API, or the fallback tag where the
+// registry has none.
+func listReferrers(ctx context.Context, repo name.Repository, digest v1.Hash, opts Options) ([]Referrer, error) {
+	idx, err := remote.Referrers(repo.Digest(digest.String()), opts.remoteOptions(ctx)...)
+	if err != nil {
+		return nil, fmt.Errorf("referrers of %s: %w", digest, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("referrers of %s: %w", digest, err)
+	}
+	out := []Referrer{}
+	for _, d := range im.Manifests {
+		out = append(out, Referrer{ArtifactType: d.ArtifactType, Digest: d.Digest.String(), Size: d.Size})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].ArtifactType != out[j].ArtifactType {
+			return out[i].ArtifactType < out[j].ArtifactType
+		}
+		return out[i].Digest < out[j].Digest
+	})
+	return out, nil
+}
+
+// fetchAttestation reads the one blob of the referrer manifest r in repo
+// after checking that the manifest names subject and has r's artifactType;
+// the blob's size is bounded before it is read and its digest checked
+// while reading.
+func fetchAttestation(ctx context.Context, repo name.Repository, r Referrer, subject v1.Hash, opts Options) ([]byte, error) {
+	img, err := remote.Image(repo.Digest(r.Digest), opts.remoteOptions(ctx)...)
+	if err != nil {
+		return nil, fmt.Errorf("referrer %s: %w", r.Digest, err)
+	}
+	d, err := v1.NewHash(r.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if err := osimage.VerifyManifest(img, v1.Descriptor{Digest: d, Size: r.Size}); err != nil {
+		return nil, fmt.Errorf("referrer %s: %w", r.Digest, err)
+	}
+	mf, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("referrer %s: %w", r.Digest, err)
+	}
+	switch {
+	case mf.Subject == nil || mf.Subject.Digest != subject:
+		return nil, fmt.Errorf("referrer %s: subject is not %s", r.Digest, subject)
+	case mf.ArtifactType != r.ArtifactType:
+		return nil, fmt.Errorf("referrer %s: artifactType %q, listed as %q", r.Digest, mf.ArtifactType, r.ArtifactType)
+	case len(mf.Layers) != 1:
+		return nil, fmt.Errorf("referrer %s: %d blobs, want 1", r.Digest, len(mf.Layers))
+	case mf.Layers[0].Size < 0 || mf.Layers[0].Size > maxAttestationSize:
+		return nil, fmt.Errorf("referrer %s: blob of %d bytes (limit %d)", r.Digest, mf.Layers[0].Size, maxAttestationSize)
+	}
+	ld := mf.Layers[0]
+	l, err := remote.Layer(repo.Digest(ld.Digest.String()), opts.remoteOptions(ctx)...)
+	if err != nil {
+		return nil, fmt.Errorf("referrer %s blob: %w", r.Digest, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, fmt.Errorf("referrer %s blob: %w", r.Digest, err)
+	}
+	vr := ocistore.NewVerifyingReader(rc, r.ArtifactType, ld.Digest, ld.Size)
+	defer vr.Close()
+	b, err := io.ReadAll(vr)
+	if err != nil {
+		return nil, fmt.Errorf("referrer %s blob: %w", r.Digest, err)
+	}
+	return b, nil
+}

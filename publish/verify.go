@@ -1,0 +1,190 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ironcore-dev/os-builder/osimage"
+)
+
+// Attested is what is attached to a pushed index, fetched and parsed.
+type Attested struct {
+	Digest    string // the index
+	Referrers []Referrer
+	// SBOM and Provenance are the attached documents, parsed, with the
+	// bytes they were parsed from.
+	SBOM            *SPDXDocument
+	SBOMBytes       []byte
+	Provenance      *Statement
+	Predicate       *SLSAProvenance
+	ProvenanceBytes []byte
+}
+
+// FetchAttestations lists the referrers of the index ref names in its
+// registry and fetches, checks and parses its SBOM and provenance: each
+// referrer manifest must name the index as subject, each blob match its
+// digest, and the provenance be about the index. It fails unless both are
+// there.
+func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested, error) {
+	r, err := resolve(ctx, ref, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.remote == nil {
+		return nil, fmt.Errorf("%s: attestations are attached in registries only", ref)
+	}
+	refs, err := listReferrers(ctx, r.remote.Context(), r.digest, opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &Attested{Digest: r.digest.String(), Referrers: refs}
+	for _, rf := range refs {
+		switch rf.ArtifactType {
+		case ArtifactTypeSPDX, ArtifactTypeInToto:
+		default:
+			continue
+		}
+		b, err := fetchAttestation(ctx, r.remote.Context(), rf, r.digest, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		if rf.ArtifactType == ArtifactTypeSPDX {
+			if a.SBOM != nil {
+				return nil, fmt.Errorf("%s: two SBOMs attached", ref)
+			}
+			if a.SBOM, err = ParseSBOM(b); err != nil {
+				return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
+			}
+			a.SBOMBytes = b
+			continue
+		}
+		if a.Provenance != nil {
+			return nil, fmt.Errorf("%s: two provenance statements attached", ref)
+		}
+		if a.Provenance, a.Predicate, err = ParseProvenance(b); err != nil {
+			return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
+		}
+		if got := "sha256:" + a.Provenance.Subject[0].Digest["sha256"]; got != a.Digest {
+			return nil, fmt.Errorf("%s: provenance %s is about %s, not %s", ref, rf.Digest, got, a.Digest)
+		}
+		a.ProvenanceBytes = b
+	}
+	var missing []string
+	if a.SBOM == nil {
+		missing = append(missing, ArtifactTypeSPDX)
+	}
+	if a.Provenance == nil {
+		missing = append(missing, ArtifactTypeInToto)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s: no %s referrer attached to %s", ref, strings.Join(missing, " or "), a.Digest)
+	}
+	return a, nil
+}
+
+// Verify checks that ref holds exactly the image Push makes of the output
+// directories dirs, and, for a registry, that the SBOM and provenance are
+// attached and describe it. Images are reproducible, so the index digest
+// computed from dirs (from their manifest.json digests; no artifact is
+// read) must equal the pushed one: any manifest, config or layer that
+// differs shows, and is named. It returns the inspection of ref.
+func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Inspection, error) {
+	if len(dirs) == 0 {
+		return nil, errors.New("verify: no output directory")
+	}
+	ins, err := Inspect(ctx, ref, opts)
+	if err != nil {
+		return nil, err
+	}
+	local, err := osimage.NewIndexFromDirs(dirs...)
+	if err != nil {
+		return nil, err
+	}
+	want, err := local.Digest()
+	if err != nil {
+		return nil, err
+	}
+	if ins.Digest != want.String() {
+		return ins, fmt.Errorf("%s is %s, the outputs %s make %s: %s", ref, ins.Digest, strings.Join(dirs, ", "), want, layerDiff(ins, dirs))
+	}
+	t, err := ParseTarget(ref, opts)
+	if err != nil || t.Remote == nil {
+		return ins, err
+	}
+	a, err := FetchAttestations(ctx, ref, opts)
+	if err != nil {
+		return ins, err
+	}
+	if a.Digest != ins.Digest {
+		return ins, fmt.Errorf("%s moved from %s to %s while it was verified", ref, ins.Digest, a.Digest)
+	}
+	for _, d := range dirs {
+		m, err := osimage.ReadManifest(d)
+		if err != nil {
+			return ins, err
+		}
+		if err := sbomCovers(a.SBOM, m); err != nil {
+			return ins, fmt.Errorf("%s: %w", ref, err)
+		}
+	}
+	return ins, nil
+}
+
+// sbomCovers checks that doc lists every Debian package and Go module the
+// build manifest records, at their versions.
+func sbomCovers(doc *SPDXDocument, m *osimage.BuildManifest) error {
+	have := map[string]bool{}
+	for _, p := range doc.Packages {
+		have[p.Name+"@"+p.VersionInfo] = true
+	}
+	for n, v := range m.Packages {
+		if !have[n+"@"+v] {
+			return fmt.Errorf("sbom lacks Debian package %s %s", n, v)
+		}
+	}
+	for _, g := range m.GoPrograms {
+		for _, mod := range append([]osimage.GoModule{g.Main}, g.Deps...) {
+			if !have[mod.Path+"@"+mod.Version] {
+				return fmt.Errorf("sbom lacks Go module %s %s of %s", mod.Path, mod.Version, g.Path)
+			}
+		}
+	}
+	return nil
+}
+
+// layerDiff names the layers whose digest differs between ins and the
+// images of dirs, for the error message.
+func layerDiff(ins *Inspection, dirs []string) string {
+	var diffs []string
+	for _, d := range dirs {
+		m, err := osimage.ReadManifest(d)
+		if err != nil {
+			return err.Error()
+		}
+		var im *InspectedManifest
+		for i := range ins.Manifests {
+			if strings.HasSuffix(ins.Manifests[i].Platform, "/"+m.Architecture) {
+				im = &ins.Manifests[i]
+			}
+		}
+		if im == nil {
+			diffs = append(diffs, "no "+m.Architecture+" image")
+			continue
+		}
+		pushed := map[string]string{}
+		for _, l := range im.Layers {
+			pushed[l.Title] = l.Digest
+		}
+		for _, a := range m.Artifacts {
+			if got := pushed[a.Path]; got != "sha256:"+a.SHA256 {
+				diffs = append(diffs, fmt.Sprintf("%s is %s, manifest.json says sha256:%s", a.Path, orDash(got), a.SHA256))
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		return "manifest, config or annotations differ"
+	}
+	return strings.Join(diffs, "; ")
+}
