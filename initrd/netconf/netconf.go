@@ -32,9 +32,13 @@ var (
 	// AttemptTimeout bounds one NIC's attempt: DHCPv4's retransmissions
 	// (dhcp4.Timeouts, twice) fit in it.
 	AttemptTimeout = 30 * time.Second
-	Rounds         = 3 // passes over all candidate NICs
-	ResolvConf     = "/etc/resolv.conf"
-	SysClassNet    = "/sys/class/net"
+	// Grace is how long the other family may still finish once one has
+	// configured the NIC: on a dual-stack network both get configured, so
+	// a URL of either family works.
+	Grace       = 2 * time.Second
+	Rounds      = 3 // passes over all candidate NICs
+	ResolvConf  = "/etc/resolv.conf"
+	SysClassNet = "/sys/class/net"
 )
 
 // NIC is a network interface the init may configure.
@@ -188,17 +192,19 @@ func Setup(boot net.HardwareAddr, logf func(format string, a ...any)) error {
 			logf("network: DHCPv4, SLAAC and DHCPv6 on %s (attempt %d of %d)", n.Name, round, Rounds)
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), AttemptTimeout)
-			cfg, err := Acquire(ctx, n, logf)
+			cfgs, err := Acquire(ctx, n, logf)
 			cancel()
 			if err != nil {
 				logf("network: %s: %v", n.Name, err)
 				errs = append(errs, fmt.Sprintf("%s: %v", n.Name, err))
 				continue
 			}
-			if err := Apply(n, cfg); err != nil {
+			if err := Apply(n, cfgs...); err != nil {
 				return err
 			}
-			logf("network: %s configured after %v by %s", n.Name, time.Since(start).Round(time.Millisecond), cfg)
+			for _, c := range cfgs {
+				logf("network: %s configured after %v by %s", n.Name, time.Since(start).Round(time.Millisecond), c)
+			}
 			return nil
 		}
 	}
@@ -206,8 +212,9 @@ func Setup(boot net.HardwareAddr, logf func(format string, a ...any)) error {
 }
 
 // Acquire runs DHCPv4 and IPv6 autoconfiguration on n in parallel and
-// returns the first usable configuration; the other is cancelled.
-func Acquire(ctx context.Context, n NIC, logf func(format string, a ...any)) (Config, error) {
+// returns the first usable configuration, and the other family's if it
+// follows within Grace; then the other is cancelled.
+func Acquire(ctx context.Context, n NIC, logf func(format string, a ...any)) ([]Config, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -227,11 +234,19 @@ func Acquire(ctx context.Context, n NIC, logf func(format string, a ...any)) (Co
 	for range 2 {
 		r := <-results
 		if r.err == nil {
-			return r.cfg, nil
+			won := []Config{r.cfg}
+			select {
+			case o := <-results:
+				if o.err == nil {
+					won = append(won, o.cfg)
+				}
+			case <-time.After(Grace):
+			}
+			return won, nil
 		}
 		errs = append(errs, r.err)
 	}
-	return Config{}, errors.Join(errs...)
+	return nil, errors.Join(errs...)
 }
 
 func viaDHCPv4(ctx context.Context, n NIC) (Config, error) {
@@ -287,13 +302,49 @@ func viaIPv6(ctx context.Context, n NIC, logf func(format string, a ...any)) (Co
 	return cfg, nil
 }
 
-// Apply configures n: MTU, addresses, routes, resolv.conf.
-func Apply(n NIC, c Config) error {
-	if c.MTU > 0 {
-		if err := netlink.SetMTU(n.Index, c.MTU); err != nil {
+// Apply configures n: MTU, addresses, routes of every configuration, and
+// resolv.conf with all their DNS servers, the first configuration's first.
+func Apply(n NIC, cfgs ...Config) error {
+	// Both families share the link: the smallest MTU asked for.
+	var mtu uint32
+	for _, c := range cfgs {
+		if c.MTU > 0 && (mtu == 0 || c.MTU < mtu) {
+			mtu = c.MTU
+		}
+	}
+	if mtu > 0 {
+		if err := netlink.SetMTU(n.Index, mtu); err != nil {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
+	var methods []string
+	var dns []netip.Addr
+	for _, c := range cfgs {
+		if err := apply(n, c); err != nil {
+			return err
+		}
+		methods = append(methods, c.Method)
+		for _, d := range c.DNS {
+			if !slices.Contains(dns, d) {
+				dns = append(dns, d)
+			}
+		}
+	}
+	var rc strings.Builder
+	rc.WriteString("# written by osb-init from " + strings.Join(methods, ", ") + "\n")
+	for _, d := range dns {
+		fmt.Fprintf(&rc, "nameserver %s\n", d)
+	}
+	if err := os.MkdirAll(filepath.Dir(ResolvConf), 0o755); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := os.WriteFile(ResolvConf, []byte(rc.String()), 0o644); err != nil {
+		return fmt.Errorf("network: write %s: %w", ResolvConf, err)
+	}
+	return nil
+}
+
+func apply(n NIC, c Config) error {
 	for _, a := range c.Addrs {
 		var flags uint8
 		if a.Addr().Is6() {
@@ -307,17 +358,6 @@ func Apply(n NIC, c Config) error {
 		if err := netlink.AddRoute(n.Index, r); err != nil {
 			return fmt.Errorf("network: %s: %w", n.Name, err)
 		}
-	}
-	var rc strings.Builder
-	rc.WriteString("# written by osb-init from " + c.Method + "\n")
-	for _, d := range c.DNS {
-		fmt.Fprintf(&rc, "nameserver %s\n", d)
-	}
-	if err := os.MkdirAll(filepath.Dir(ResolvConf), 0o755); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	if err := os.WriteFile(ResolvConf, []byte(rc.String()), 0o644); err != nil {
-		return fmt.Errorf("network: write %s: %w", ResolvConf, err)
 	}
 	return nil
 }
