@@ -351,7 +351,11 @@ func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 		}
 		var err error
 		base, err = url.Parse(strings.TrimSuffix(req.ArtifactBaseURL, "/"))
-		if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		if err != nil {
+			// Most often an IPv6 literal without brackets.
+			return nil, fmt.Errorf("%w: artifact server URL %q: %w (IPv6 literals go in brackets: http://[fd00::1]:8080)", ErrPlan, req.ArtifactBaseURL, err)
+		}
+		if (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 			return nil, fmt.Errorf("%w: artifact server URL %q is not an http(s) URL", ErrPlan, req.ArtifactBaseURL)
 		}
 	}

@@ -288,3 +288,31 @@ func mustTime(s string) (t time.Time) {
 	t, _ = time.Parse(time.RFC3339, s)
 	return t
 }
+
+// TestPlanIPv6ArtifactServer: an artifact server at an IPv6 literal gives
+// bracketed URLs everywhere, in the iPXE script's kernel and initrd lines
+// and in the URL the init fetches (osb.root=); without brackets the error
+// says how to write it.
+func TestPlanIPv6ArtifactServer(t *testing.T) {
+	id := fullIdentity(t)
+	p, err := Resolve(id, Request{Image: testImage, Install: Install{RootURL: true}, ArtifactBaseURL: "http://[fd00:db8::5]:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := p.WriteText(&got); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Golden(t, filepath.Join("testdata", "plan-pxe-memory-root-url-ipv6.txt"), got.Bytes())
+	for _, w := range []string{"\n        kernel http://[fd00:db8::5]:8080/blobs/", " osb.root=http://[fd00:db8::5]:8080/blobs/", "\n        initrd http://[fd00:db8::5]:8080/blobs/"} {
+		if !strings.Contains(got.String(), w) {
+			t.Errorf("plan lacks %q:\n%s", w, got.String())
+		}
+	}
+	for _, bad := range []string{"http://fd00:db8::5:8080", "http://[fe80::1%eth0]:8080"} {
+		_, err := Resolve(id, Request{Image: testImage, Method: "pxe", ArtifactBaseURL: bad})
+		if err == nil || !strings.Contains(err.Error(), "IPv6 literals go in brackets") {
+			t.Errorf("%s: error %v, want the bracket hint", bad, err)
+		}
+	}
+}

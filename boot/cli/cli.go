@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -214,6 +215,11 @@ func (o *options) advertiseURL() (string, error) {
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		return "", usageError{errors.New("--artifact-advertise is required when --artifact-listen binds all addresses")}
+	}
+	// A link-local address is only reachable with this host's zone
+	// (fe80::1%eth0), which means nothing to the machine.
+	if a, err := netip.ParseAddr(host); err == nil && (a.Zone() != "" || a.IsLinkLocalUnicast()) {
+		return "", usageError{fmt.Errorf("--artifact-advertise is required when --artifact-listen is link-local (%s): machines cannot use this host's zone", host)}
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
 }

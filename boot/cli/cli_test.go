@@ -256,3 +256,34 @@ func TestArtifactListenBoundBeforeBoot(t *testing.T) {
 		t.Errorf("the server booted %+v without an artifact server", b)
 	}
 }
+
+// TestAdvertiseURL: the URL machines fetch from, derived from the listen
+// address when not given; IPv6 literals come out bracketed, and a
+// link-local listen address (only reachable with this host's zone) needs
+// an explicit --artifact-advertise.
+func TestAdvertiseURL(t *testing.T) {
+	for _, tc := range []struct {
+		listen, advertise, want, wantErr string
+	}{
+		{listen: "10.0.0.5:8080", want: "http://10.0.0.5:8080"},
+		{listen: "[fd00:db8::5]:8080", want: "http://[fd00:db8::5]:8080"},
+		{listen: "[::]:8080", advertise: "http://[fd00:db8::5]:8080", want: "http://[fd00:db8::5]:8080"},
+		{listen: "[::]:8080", wantErr: "binds all addresses"},
+		{listen: ":8080", wantErr: "binds all addresses"},
+		{listen: "[fe80::1%eth0]:8080", wantErr: "link-local (fe80::1%eth0)"},
+		{listen: "[fe80::1]:8080", wantErr: "link-local (fe80::1)"},
+		{listen: "fd00::5:8080", wantErr: "too many colons"},
+	} {
+		o := &options{listen: tc.listen, advertise: tc.advertise}
+		got, err := o.advertiseURL()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("listen %s: %q, %v; want error %q", tc.listen, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("listen %s: %q, %v; want %q", tc.listen, got, err, tc.want)
+		}
+	}
+}

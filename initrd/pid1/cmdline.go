@@ -3,6 +3,7 @@ package pid1
 import (
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -244,6 +245,10 @@ func ParseCmdline(cmdline string) (Config, error) {
 				fail("osb.install.image=%q: want an http:// or https:// URL", value)
 				continue
 			}
+			if err := checkURL(value); err != nil {
+				fail("osb.install.image=%q: %v", value, err)
+				continue
+			}
 			cfg.InstallImage = value
 		case "osb.install.sha256":
 			d, err := parseSHA256(value)
@@ -328,11 +333,28 @@ func isHTTPURL(s string) bool {
 	return false
 }
 
+// checkURL parses an http(s) URL now, so a bad one stops the boot before
+// the network is set up for it.
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		// Most often an IPv6 literal without brackets.
+		return fmt.Errorf("%w (IPv6 literals go in brackets: http://[fd00::1]:8080/...)", err)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("no host in %q", s)
+	}
+	return nil
+}
+
 func parseRoot(v string) (RootSource, error) {
 	switch {
 	case v == "initrd":
 		return RootSource{Kind: RootInitrd}, nil
 	case isHTTPURL(v):
+		if err := checkURL(v); err != nil {
+			return RootSource{}, err
+		}
 		return RootSource{Kind: RootURL, Value: v}, nil
 	}
 	d, err := parseDeviceRef(v)

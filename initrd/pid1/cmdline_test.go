@@ -49,6 +49,15 @@ func TestParseCmdline(t *testing.T) {
 			want: with(func(c *Config) { c.Root = RootSource{RootLabel, "A:B"} })},
 		{name: "url", in: "osb.root=https://h/r.img osb.root.sha256=" + strings.ToUpper(digest),
 			want: with(func(c *Config) { c.Root = RootSource{RootURL, "https://h/r.img"}; c.RootSHA256 = digest })},
+		{name: "url ipv6", in: "osb.root=http://[fd00:db8::5]:8080/r.img osb.root.sha256=" + digest,
+			want: with(func(c *Config) {
+				c.Root = RootSource{RootURL, "http://[fd00:db8::5]:8080/r.img"}
+				c.RootSHA256 = digest
+			})},
+		{name: "url ipv6 without brackets", in: "osb.root=http://fd00:db8::5:8080/r.img osb.root.sha256=" + digest, wantErr: "IPv6 literals go in brackets"},
+		{name: "install image ipv6 without brackets", in: "osb.mode=install osb.install.image=http://fd00::5/d.raw osb.install.sha256=" + digest + " osb.install.target=size:1-2",
+			wantErr: `osb.install.image="http://fd00::5/d.raw": parse`},
+		{name: "url without host", in: "osb.root=http://:8080/r.img osb.root.sha256=" + digest, wantErr: "no host"},
 		{name: "persist", in: "osb.persist=/var/lib/a,/etc/b/,/var/lib/a osb.data=label:DATA",
 			want: with(func(c *Config) { c.Persist = []string{"/var/lib/a", "/etc/b"}; c.Data = DeviceRef{RootLabel, "DATA"} })},
 		{name: "persist required", in: "osb.persist=/var/lib/a osb.persist.required=1",

@@ -58,6 +58,7 @@ type fixture struct {
 	out            string // OSB_TEST_OUTPUT
 	kernel, initrd string // vmlinuz, initrd-noroot.img
 	url            string // http://10.0.2.2:PORT, serving out
+	url6           string // http://[fec0::2]:PORT, the same over IPv6
 	diskImage      string
 	rootSHA        string // of root.squashfs, from manifest.json
 	diskSHA        string // of disk.raw, from manifest.json
@@ -185,6 +186,13 @@ func newFixture(env string) (*fixture, error) {
 	// Never closed: it serves every test of the binary and dies with it.
 	go http.Serve(ln, http.FileServer(http.Dir(out)))
 	f.url = "http://10.0.2.2:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	// slirp's IPv6 host address (fec0::2) leads to the host's ::1.
+	ln6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for the IPv6 artifact server: %w", err)
+	}
+	go http.Serve(ln6, http.FileServer(http.Dir(out)))
+	f.url6 = "http://[fec0::2]:" + strconv.Itoa(ln6.Addr().(*net.TCPAddr).Port)
 	return f, nil
 }
 
@@ -208,8 +216,22 @@ func blankDisk(t *testing.T) string {
 // as the command line and a NIC on slirp; a guest reboot ends QEMU.
 func (f *fixture) directBoot(t *testing.T, ctx context.Context, append string, disk string, failure []string) *qemu.VM {
 	t.Helper()
+	return qemu.StartT(t, ctx, f.directConfig(append, disk, failure))
+}
+
+// directBootIPv6 is directBoot on an IPv6-only slirp network: no DHCPv4,
+// router advertisements for fec0::/64, the host at fec0::2.
+func (f *fixture) directBootIPv6(t *testing.T, ctx context.Context, cmdline string, disk string, failure []string) *qemu.VM {
+	t.Helper()
+	cfg := f.directConfig(cmdline, disk, failure)
+	cfg.Net = nil
+	cfg.ExtraArgs = append(cfg.ExtraArgs, "-netdev", "user,id=n6,ipv4=off,ipv6=on", "-device", "virtio-net-pci,netdev=n6,romfile=")
+	return qemu.StartT(t, ctx, cfg)
+}
+
+func (f *fixture) directConfig(cmdline string, disk string, failure []string) qemu.Config {
 	cfg := qemu.Config{
-		UEFI: true, Kernel: f.kernel, Initrd: f.initrd, Append: append,
+		UEFI: true, Kernel: f.kernel, Initrd: f.initrd, Append: cmdline,
 		MemoryMB: vmMemoryMB, NoReboot: true,
 		Net:            &qemu.NetConfig{NoROM: true},
 		FailureMarkers: failure,
@@ -220,25 +242,34 @@ func (f *fixture) directBoot(t *testing.T, ctx context.Context, append string, d
 			"-device", "virtio-blk-pci,drive=target,serial=" + targetSerial,
 		}
 	}
-	return qemu.StartT(t, ctx, cfg)
+	return cfg
 }
 
 // installVM boots the installer for disk.raw onto disk.
 func (f *fixture) installVM(t *testing.T, ctx context.Context, disk string) *qemu.VM {
 	t.Helper()
-	return f.directBoot(t, ctx, fmt.Sprintf(
-		"console=ttyS0 osb.mode=install osb.install.image=%s/disk.raw osb.install.sha256=%s osb.install.target=by-id:virtio-%s",
-		f.url, f.diskSHA, targetSerial), disk, []string{"Kernel panic", "osb-init: FATAL"})
+	return f.directBoot(t, ctx, f.installCmdline(f.url), disk, []string{"Kernel panic", "osb-init: FATAL"})
+}
+
+func (f *fixture) installCmdline(base string) string {
+	return fmt.Sprintf("console=ttyS0 osb.mode=install osb.install.image=%s/disk.raw osb.install.sha256=%s osb.install.target=by-id:virtio-%s",
+		base, f.diskSHA, targetSerial)
 }
 
 // install runs the installer onto disk to completion and returns its
 // "wrote ... MB/s" line.
 func (f *fixture) install(t *testing.T, disk string) string {
 	t.Helper()
+	return f.installWith(t, disk, f.installVM)
+}
+
+// installWith runs the installer that start boots onto disk to completion.
+func (f *fixture) installWith(t *testing.T, disk string, start func(*testing.T, context.Context, string) *qemu.VM) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	start := time.Now()
-	vm := f.installVM(t, ctx, disk)
+	began := time.Now()
+	vm := start(t, ctx, disk)
 	if _, err := vm.WaitFor(ctx, "osb-init: install: rebooting"); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +279,7 @@ func (f *fixture) install(t *testing.T, disk string) string {
 		t.Fatal("QEMU did not exit after the installer rebooted")
 	}
 	line := grepLines(vm.Console(), "osb-init: install: wrote")
-	t.Logf("install took %v: %s", time.Since(start).Round(time.Second), line)
+	t.Logf("install took %v: %s", time.Since(began).Round(time.Second), line)
 	return line
 }
 

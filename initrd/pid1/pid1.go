@@ -1,6 +1,7 @@
 // Package pid1 is the initrd's init: PID 1 of the initramfs. In memory mode
 // it takes the read-only root image from the initrd, a partition or a URL
-// (network.go, dhcp.go, fetch.go: DHCP and a verified download into RAM),
+// (package netconf: DHCPv4, SLAAC or DHCPv6; fetch.go: a verified download
+// into RAM),
 // attaches it to a loop device, lays a tmpfs overlay over it at /sysroot,
 // binds the persisted paths from the data partition over it (persist.go)
 // and switches into it, executing /sbin/init. In install mode (install.go,

@@ -1,4 +1,7 @@
-package pid1
+// Package dhcp4 is the init's DHCPv4 client (RFC 2131/2132): just what a
+// client needs to get one lease, with the interface MTU (option 26) and
+// classless static routes (option 121, RFC 3442).
+package dhcp4
 
 import (
 	"encoding/binary"
@@ -7,9 +10,9 @@ import (
 	"net"
 	"net/netip"
 	"time"
-)
 
-// DHCPv4 (RFC 2131/2132): just what a client needs to get one lease.
+	"github.com/ironcore-dev/os-builder/initrd/netlink"
+)
 
 // DHCP message types (option 53).
 const (
@@ -28,6 +31,7 @@ const (
 	optRouter      byte = 3
 	optDNS         byte = 6
 	optHostName    byte = 12
+	optMTU         byte = 26
 	optRequestedIP byte = 50
 	optLeaseTime   byte = 51
 	optMessageType byte = 53
@@ -35,6 +39,7 @@ const (
 	optParamList   byte = 55
 	optMaxSize     byte = 57
 	optClientID    byte = 61
+	optClassless   byte = 121
 	optEnd         byte = 255
 )
 
@@ -182,19 +187,39 @@ func decodeDHCP(b []byte) (*dhcpMessage, error) {
 	return m, nil
 }
 
-// dhcpLease is what an ACK grants.
-type dhcpLease struct {
-	Addr     netip.Prefix // address with the subnet's prefix length
-	Router   netip.Addr   // invalid if none
-	DNS      []netip.Addr
-	ServerID netip.Addr
-	Lease    time.Duration
+// Lease is what an ACK grants.
+type Lease struct {
+	Addr   netip.Prefix // address with the subnet's prefix length
+	Router netip.Addr   // option 3, invalid if none
+	// Classless are the classless static routes (option 121); when the
+	// server sends them they replace Router (RFC 3442).
+	Classless []netlink.Route
+	DNS       []netip.Addr
+	ServerID  netip.Addr
+	Lease     time.Duration
+	MTU       uint16 // option 26, 0 if none
 }
 
-func (l dhcpLease) String() string {
-	s := "address " + l.Addr.String()
+// Routes are the routes the lease asks for: the classless static routes
+// if the server sent any (RFC 3442: a client then ignores option 3), else
+// a default route via the router.
+func (l Lease) Routes() []netlink.Route {
+	if len(l.Classless) > 0 {
+		return l.Classless
+	}
 	if l.Router.IsValid() {
-		s += ", router " + l.Router.String()
+		return []netlink.Route{{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Gateway: l.Router}}
+	}
+	return nil
+}
+
+func (l Lease) String() string {
+	s := "address " + l.Addr.String()
+	for _, r := range l.Routes() {
+		s += ", route " + r.String()
+	}
+	if l.MTU != 0 {
+		s += fmt.Sprintf(", MTU %d", l.MTU)
 	}
 	if len(l.DNS) > 0 {
 		s += fmt.Sprintf(", DNS %v", l.DNS)
@@ -206,19 +231,19 @@ func (l dhcpLease) String() string {
 }
 
 // lease extracts the lease from an OFFER or ACK.
-func (m *dhcpMessage) lease() (dhcpLease, error) {
+func (m *dhcpMessage) lease() (Lease, error) {
 	if !m.YIAddr.Is4() || m.YIAddr.IsUnspecified() {
-		return dhcpLease{}, errors.New("dhcp: reply offers no address")
+		return Lease{}, errors.New("dhcp: reply offers no address")
 	}
 	bits := 24 // the classful default for 10/8 is wrong more often than /24
 	if mask := m.option(optSubnetMask); len(mask) == 4 {
 		ones, size := net.IPMask(mask).Size()
 		if size == 0 {
-			return dhcpLease{}, fmt.Errorf("dhcp: non-contiguous subnet mask %v", net.IP(mask))
+			return Lease{}, fmt.Errorf("dhcp: non-contiguous subnet mask %v", net.IP(mask))
 		}
 		bits = ones
 	}
-	l := dhcpLease{Addr: netip.PrefixFrom(m.YIAddr, bits)}
+	l := Lease{Addr: netip.PrefixFrom(m.YIAddr, bits)}
 	if r := m.option(optRouter); len(r) >= 4 {
 		l.Router = netip.AddrFrom4([4]byte(r[:4]))
 	}
@@ -232,11 +257,56 @@ func (m *dhcpMessage) lease() (dhcpLease, error) {
 	if t := m.option(optLeaseTime); len(t) == 4 {
 		l.Lease = time.Duration(binary.BigEndian.Uint32(t)) * time.Second
 	}
+	if d := m.option(optMTU); d != nil {
+		if len(d) != 2 {
+			return Lease{}, fmt.Errorf("dhcp: option 26 (interface MTU): %d bytes, want 2", len(d))
+		}
+		// RFC 2132 9.1: the minimum legal value is 68.
+		l.MTU = binary.BigEndian.Uint16(d)
+		if l.MTU < 68 {
+			return Lease{}, fmt.Errorf("dhcp: option 26 (interface MTU): %d is below the minimum of 68", l.MTU)
+		}
+	}
+	if d := m.option(optClassless); d != nil {
+		routes, err := parseClassless(d)
+		if err != nil {
+			return Lease{}, err
+		}
+		l.Classless = routes
+	}
 	return l, nil
 }
 
+// parseClassless decodes option 121 (RFC 3442): a list of destination
+// prefix width, the significant octets of the destination, and a router;
+// router 0.0.0.0 means the destination is on the link.
+func parseClassless(d []byte) ([]netlink.Route, error) {
+	var out []netlink.Route
+	for i := 0; i < len(d); {
+		width := int(d[i])
+		if width > 32 {
+			return nil, fmt.Errorf("dhcp: option 121 (classless static routes): prefix width %d at byte %d (max 32)", width, i)
+		}
+		sig := (width + 7) / 8
+		if i+1+sig+4 > len(d) {
+			return nil, fmt.Errorf("dhcp: option 121 (classless static routes): route at byte %d truncated (%d of %d bytes)", i, len(d)-i, 1+sig+4)
+		}
+		var dst [4]byte
+		copy(dst[:], d[i+1:i+1+sig])
+		gw := netip.AddrFrom4([4]byte(d[i+1+sig : i+1+sig+4]))
+		r := netlink.Route{Dst: netip.PrefixFrom(netip.AddrFrom4(dst), width).Masked()}
+		if !gw.IsUnspecified() {
+			r.Gateway = gw
+		}
+		out = append(out, r)
+		i += 1 + sig + 4
+	}
+	return out, nil
+}
+
 // dhcpRequestParams are the options the client asks for (option 55).
-var dhcpRequestParams = []byte{optSubnetMask, optRouter, optDNS, optLeaseTime, optServerID}
+// Option 121 comes before 3, as RFC 3442 asks of clients that request both.
+var dhcpRequestParams = []byte{optSubnetMask, optClassless, optRouter, optDNS, optMTU, optLeaseTime, optServerID}
 
 // newDiscover builds a DISCOVER. The broadcast flag asks servers to
 // broadcast their replies: the client has no address to receive unicast.

@@ -1,4 +1,4 @@
-package pid1
+package dhcp4
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package pid1
+package dhcp4
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/initrd/netlink"
 )
 
 var testMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
@@ -104,7 +106,7 @@ func TestDHCPLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dhcpLease{
+	want := Lease{
 		Addr:     netip.MustParsePrefix("10.0.2.15/24"),
 		Router:   netip.MustParseAddr("10.0.2.2"),
 		DNS:      []netip.Addr{netip.MustParseAddr("10.0.2.3"), netip.MustParseAddr("1.1.1.1")},
@@ -219,57 +221,100 @@ func FuzzDecodeUDP4(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { decodeUDP4(b, 67) })
 }
 
-func TestBootMAC(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"console=ttyS0 BOOTIF=01-52-54-00-12-34-56", "52:54:00:12:34:56"},
-		{"BOOTIF=52-54-00-12-34-56 x", "52:54:00:12:34:56"},
-		{"BOOTIF=01-AA-BB-CC-DD-EE-FF", "aa:bb:cc:dd:ee:ff"},
-		{"BOOTIF=garbage", ""},
-		{"", ""},
+// ackWith is slirpAck with extra options appended.
+func ackWith(t *testing.T, opts ...dhcpOption) *dhcpMessage {
+	t.Helper()
+	m, err := decodeDHCP(slirpAck(t, dhcpAck))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Options = append(m.Options, opts...)
+	return m
+}
+
+func TestLeaseMTUAndClasslessRoutes(t *testing.T) {
+	route := func(dst, gw string) netlink.Route {
+		r := netlink.Route{Dst: netip.MustParsePrefix(dst)}
+		if gw != "" {
+			r.Gateway = netip.MustParseAddr(gw)
+		}
+		return r
+	}
+	defaultVia := func(gw string) []netlink.Route { return []netlink.Route{route("0.0.0.0/0", gw)} }
+	for _, tc := range []struct {
+		name       string
+		opts       []dhcpOption
+		wantMTU    uint16
+		wantRoutes []netlink.Route
+		wantErr    string
+	}{
+		{name: "router only", wantRoutes: defaultVia("10.0.2.2")},
+		{name: "mtu 9000", opts: []dhcpOption{{optMTU, []byte{0x23, 0x28}}}, wantMTU: 9000, wantRoutes: defaultVia("10.0.2.2")},
+		{name: "mtu minimum", opts: []dhcpOption{{optMTU, []byte{0, 68}}}, wantMTU: 68, wantRoutes: defaultVia("10.0.2.2")},
+		{name: "mtu too small", opts: []dhcpOption{{optMTU, []byte{0, 67}}}, wantErr: "below the minimum of 68"},
+		{name: "mtu short", opts: []dhcpOption{{optMTU, []byte{5}}}, wantErr: "option 26 (interface MTU): 1 bytes"},
+		// RFC 3442: option 121 replaces option 3, including the default route.
+		{name: "classless overrides router", opts: []dhcpOption{{optClassless, []byte{
+			0, 10, 0, 2, 1, // default via 10.0.2.1
+			24, 192, 168, 7, 10, 0, 2, 9, // 192.168.7.0/24 via 10.0.2.9
+			12, 172, 16, 0, 0, 0, 0, // 172.16.0.0/12 on link
+			32, 198, 51, 100, 1, 10, 0, 2, 7, // host route
+		}}}, wantRoutes: []netlink.Route{
+			route("0.0.0.0/0", "10.0.2.1"), route("192.168.7.0/24", "10.0.2.9"),
+			route("172.16.0.0/12", ""), route("198.51.100.1/32", "10.0.2.7"),
+		}},
+		{name: "classless without default", opts: []dhcpOption{{optClassless, []byte{8, 10, 10, 0, 2, 1}}},
+			wantRoutes: []netlink.Route{route("10.0.0.0/8", "10.0.2.1")}},
+		{name: "classless host bits masked", opts: []dhcpOption{{optClassless, []byte{9, 10, 255, 10, 0, 2, 1}}},
+			wantRoutes: []netlink.Route{route("10.128.0.0/9", "10.0.2.1")}},
+		{name: "classless width 33", opts: []dhcpOption{{optClassless, []byte{33, 1, 2, 3, 4, 5, 10, 0, 2, 1}}}, wantErr: "prefix width 33 at byte 0"},
+		{name: "classless truncated router", opts: []dhcpOption{{optClassless, []byte{0, 10, 0, 2, 1, 24, 192, 168, 7, 10, 0}}}, wantErr: "route at byte 5 truncated"},
+		{name: "classless truncated destination", opts: []dhcpOption{{optClassless, []byte{32, 10}}}, wantErr: "truncated"},
 	} {
-		got := bootMAC(tc.in)
-		if (got == nil && tc.want != "") || (got != nil && got.String() != tc.want) {
-			t.Errorf("bootMAC(%q) = %v, want %q", tc.in, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := ackWith(t, tc.opts...).lease()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.MTU != tc.wantMTU {
+				t.Errorf("MTU %d, want %d", l.MTU, tc.wantMTU)
+			}
+			if got := l.Routes(); !reflect.DeepEqual(got, tc.wantRoutes) {
+				t.Errorf("routes %v, want %v", got, tc.wantRoutes)
+			}
+		})
 	}
 }
 
-func TestOrderNICs(t *testing.T) {
-	mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, b} }
-	nics := []nic{{name: "eth0", mac: mac(0)}, {name: "eth1", mac: mac(1), carrier: true}, {name: "eth2", mac: mac(2)}}
-	names := func(ns []nic) string {
-		var s []string
-		for _, n := range ns {
-			s = append(s, n.name)
-		}
-		return strings.Join(s, " ")
-	}
-	if got := names(orderNICs(nics, nil)); got != "eth1 eth0 eth2" {
-		t.Errorf("no boot NIC: %s", got)
-	}
-	if got := names(orderNICs(nics, mac(2))); got != "eth2 eth1 eth0" {
-		t.Errorf("boot NIC eth2: %s", got)
+// TestRequestAsksForMTUAndClassless: servers send options 26 and 121 only
+// when asked (option 55), 121 before 3 (RFC 3442).
+func TestRequestAsksForMTUAndClassless(t *testing.T) {
+	params := newDiscover(1, testMAC, 0).option(optParamList)
+	i121, i3 := bytes.IndexByte(params, optClassless), bytes.IndexByte(params, optRouter)
+	if i121 < 0 || i3 < 0 || i121 > i3 || bytes.IndexByte(params, optMTU) < 0 {
+		t.Errorf("parameter request list %v", params)
 	}
 }
 
-func TestNetlinkMessages(t *testing.T) {
-	msg := addAddrMsg(7, 2, netip.MustParsePrefix("10.0.2.15/24"))
-	if got := binary.NativeEndian.Uint32(msg); int(got) != len(msg) {
-		t.Errorf("length field %d, message %d bytes", got, len(msg))
-	}
-	// ifaddrmsg: family, prefix length; then IFA_LOCAL, IFA_ADDRESS,
-	// IFA_BROADCAST, 8 bytes each.
-	if msg[16] != 2 || msg[17] != 24 || len(msg) != 16+8+3*8 {
-		t.Errorf("addr message % x", msg)
-	}
-	if !bytes.Contains(msg, []byte{10, 0, 2, 255}) {
-		t.Error("no broadcast address 10.0.2.255")
-	}
-	if b := broadcastOf(netip.MustParsePrefix("192.168.4.7/22")); b.String() != "192.168.7.255" {
-		t.Errorf("broadcast %s", b)
-	}
-	r := addDefaultRouteMsg(8, 2, netip.MustParseAddr("10.0.2.2"))
-	if len(r) != 16+12+8+8 || !bytes.Contains(r, []byte{10, 0, 2, 2}) {
-		t.Errorf("route message % x", r)
-	}
+func FuzzParseClassless(f *testing.F) {
+	f.Add([]byte{0, 10, 0, 2, 1, 24, 192, 168, 7, 10, 0, 2, 9})
+	f.Add([]byte{33})
+	f.Add([]byte{32, 1, 2, 3, 4, 5, 6, 7})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		routes, err := parseClassless(b)
+		if err != nil {
+			return
+		}
+		for _, r := range routes {
+			if !r.Dst.IsValid() || r.Dst != r.Dst.Masked() || r.Dst.Bits() > 32 {
+				t.Fatalf("bad route %v from % x", r, b)
+			}
+		}
+	})
 }

@@ -1,0 +1,77 @@
+package dhcp6
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil/netns"
+)
+
+// TestExchangeWithDnsmasq gets an address from Debian's dnsmasq (stateful
+// DHCPv6 range, DNS servers, boot file URL) over a veth pair between two
+// network namespaces.
+func TestExchangeWithDnsmasq(t *testing.T) {
+	if !netns.Inside() {
+		srv, cli := netns.New(t), netns.New(t)
+		netns.Veth(t, srv, "s0", cli, "c0")
+		srv.Run(t, "ip", "addr", "add", "fd00:db8::1/64", "dev", "s0", "nodad")
+		log := srv.Dnsmasq(t, "--interface=s0", "--enable-ra", "--dhcp-range=fd00:db8::100,fd00:db8::1ff,64,1h",
+			"--dhcp-option=option6:dns-server,[fd00:db8::53]", "--dhcp-option=option6:bootfile-url,http://[fd00:db8::1]:8080/uki.efi")
+		defer func() {
+			if t.Failed() {
+				t.Logf("dnsmasq:\n%s", log())
+			}
+		}()
+		netns.RunInside(t, cli)
+		return
+	}
+	ifi, err := net.InterfaceByName("c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := Exchange(ctx, ifi.Name, ifi.Index, ifi.HardwareAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lease after %v: %s", time.Since(start).Round(time.Millisecond), l)
+	if !netip.MustParsePrefix("fd00:db8::100/120").Contains(l.Addr) {
+		t.Errorf("address %s not in fd00:db8::100-1ff", l.Addr)
+	}
+	if len(l.DNS) != 1 || l.DNS[0] != netip.MustParseAddr("fd00:db8::53") {
+		t.Errorf("DNS %v", l.DNS)
+	}
+	if l.BootFileURL != "http://[fd00:db8::1]:8080/uki.efi" {
+		t.Errorf("boot file URL %q", l.BootFileURL)
+	}
+}
+
+// TestExchangeCancelled: a cancelled context ends the exchange at once.
+func TestExchangeCancelled(t *testing.T) {
+	if !netns.Inside() {
+		ns := netns.New(t)
+		ns.Run(t, "ip", "link", "add", "c0", "type", "veth", "peer", "name", "c1")
+		ns.Run(t, "ip", "link", "set", "c0", "up")
+		ns.Run(t, "ip", "link", "set", "c1", "up")
+		netns.RunInside(t, ns)
+		return
+	}
+	ifi, err := net.InterfaceByName("c0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Exchange(ctx, ifi.Name, ifi.Index, ifi.HardwareAddr); err == nil {
+		t.Fatal("lease without a server")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("cancelled exchange took %v", d)
+	}
+}
