@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -87,18 +88,40 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 		args = append(args, "--include="+strings.Join(s.packages, ","))
 	}
 	args = append(args, b.Release, filepath.Join(out, rootfsTar), b.Mirror)
+	// --verbose lets apt and dpkg talk: their lines are the progress.
+	args = append([]string{"--verbose"}, args...)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(s.epoch, 10))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
+	// Cancelled (another step failed, or ^C): SIGTERM lets mmdebstrap stop
+	// apt and dpkg and unmount what it mounted in the tree; SIGKILL would
+	// leave them running.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
+	tool := &lineCounter{ctx: ctx, unit: "packages", count: countDpkg}
+	cmd.Stderr = tool
+	cmd.Stdout = tool
 	if err := cmd.Run(); err != nil {
-		if located := s.unknownPackages(stderr.String()); located != nil {
+		if located := s.unknownPackages(tool.buf.String()); located != nil {
 			return located
 		}
-		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(stderr.String(), 40))
+		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(tool.buf.String(), 40))
 	}
 	return nil
+}
+
+var aptNewlyInstalled = regexp.MustCompile(`^\d+ upgraded, (\d+) newly installed`)
+
+// countDpkg counts packages configured ("Setting up p (v) ...") of those
+// apt said it would install; the essential set dpkg installs without apt
+// only raises the count.
+func countDpkg(line string, done, total *int64) {
+	if strings.HasPrefix(line, "Setting up ") {
+		*done++
+	}
+	if m := aptNewlyInstalled.FindStringSubmatch(line); m != nil {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		*total = *done + n
+	}
 }
 
 var unableToLocate = regexp.MustCompile(`(?m)Unable to locate package (\S+)|Package '?([^' ]+)'? has no installation candidate`)

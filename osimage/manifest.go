@@ -36,6 +36,10 @@ type BuildManifest struct {
 	// Packages maps each installed Debian package to its version.
 	Packages  map[string]string `json:"packages,omitempty"`
 	Artifacts []Artifact        `json:"artifacts"`
+	// InputKey is the digest of everything the build read (recipe, its
+	// files, the builder, the toolchain): a build with the same key and
+	// these artifacts unchanged has nothing to do.
+	InputKey string `json:"inputKey,omitempty"`
 }
 
 // Artifact is one file of an output directory.
