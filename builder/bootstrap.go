@@ -92,12 +92,20 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	args = append([]string{"--verbose"}, args...)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(s.epoch, 10))
-	// Cancelled (another step failed, or ^C): SIGTERM lets mmdebstrap stop
-	// apt and dpkg and unmount what it mounted in the tree; SIGKILL would
-	// leave them running.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = time.Minute
-	tool := &lineCounter{ctx: ctx, unit: "packages", count: countDpkg}
+	// Cancelled (another step failed, or ^C): mmdebstrap waits for apt or
+	// dpkg before it acts on a signal, so SIGTERM goes to its whole process
+	// group; it then unmounts what it mounted and exits. SIGKILL to the
+	// group only if that takes too long.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	defer func() {
+		if ctx.Err() != nil && cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers
+		}
+	}()
+	dpkg := &dpkgCounter{}
+	tool := &lineCounter{ctx: ctx, unit: "packages", count: dpkg.count}
 	cmd.Stderr = tool
 	cmd.Stdout = tool
 	if err := cmd.Run(); err != nil {
@@ -111,17 +119,29 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 
 var aptNewlyInstalled = regexp.MustCompile(`^\d+ upgraded, (\d+) newly installed`)
 
-// countDpkg counts packages configured ("Setting up p (v) ...") of those
-// apt said it would install; the essential set dpkg installs without apt
-// only raises the count.
-func countDpkg(line string, done, total *int64) {
-	if strings.HasPrefix(line, "Setting up ") {
-		*done++
+// dpkgCounter follows apt and dpkg through each package's download,
+// unpacking and configuration: a package counts as done once configured,
+// and a third for each phase before.
+type dpkgCounter struct{ want, got, unpacked, configured int64 }
+
+func (c *dpkgCounter) count(line string, done, total *int64) {
+	switch {
+	case strings.HasPrefix(line, "Setting up "):
+		c.configured++
+	case strings.HasPrefix(line, "Unpacking "):
+		c.unpacked++
+	case strings.HasPrefix(line, "Get:") && c.want > 0 && !strings.Contains(line, "Release"):
+		c.got++
+	default:
+		if m := aptNewlyInstalled.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			// The second apt run (packages past the essential set) adds
+			// to what the first announced.
+			c.want = max(c.want, c.configured+n)
+		}
 	}
-	if m := aptNewlyInstalled.FindStringSubmatch(line); m != nil {
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		*total = *done + n
-	}
+	*done = (min(c.got, c.want) + c.unpacked + c.configured) / 3
+	*total = max(c.want, *done)
 }
 
 var unableToLocate = regexp.MustCompile(`(?m)Unable to locate package (\S+)|Package '?([^' ]+)'? has no installation candidate`)

@@ -400,6 +400,11 @@ func (b *build) runNode(n node, f *flow) func(ctx context.Context) error {
 			f.mu.Unlock()
 			err = n.use(dir)
 		}
+		if err != nil && ctx.Err() != nil {
+			// Stopped because another step failed: say so, whatever the
+			// tool said as it died.
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
 		if err != nil && n.layer != "" {
 			return fmt.Errorf("layer %s: %w", n.layer, err)
 		}

@@ -3,6 +3,7 @@ package builder
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -63,17 +64,18 @@ type Reporter struct {
 }
 
 type stepState struct {
-	name                string
-	start               time.Time
-	elapsed             time.Duration
-	running, failed     bool
-	cached              bool
-	done, total         int64
-	unit                string
-	key                 string
-	size                int64
-	reported, lastPlain time.Time
-	changed             bool
+	name            string
+	start           time.Time
+	elapsed         time.Duration
+	running, failed bool
+	cancelled       bool
+	cached          bool
+	done, total     int64
+	unit            string
+	key             string
+	size            int64
+	lastPlain       time.Time
+	changed         bool
 }
 
 // NewReporter writes to w (nil: silence); verbose adds --explain lines.
@@ -273,6 +275,7 @@ func (r *Reporter) endStep(step string, err error, size int64) {
 	defer r.mu.Unlock()
 	s := r.state(step)
 	s.running, s.failed, s.size = false, err != nil, size
+	s.cancelled = errors.Is(err, context.Canceled)
 	s.elapsed = time.Since(s.start)
 	if r.w == nil {
 		return
@@ -286,6 +289,8 @@ func (r *Reporter) endStep(step string, err error, size int64) {
 		return
 	}
 	switch {
+	case errors.Is(err, context.Canceled):
+		r.lineLocked("%-32s cancelled after %.1fs", step, s.elapsed.Seconds())
 	case err != nil:
 		r.lineLocked("%-32s FAILED after %.1fs", step, s.elapsed.Seconds())
 	case s.cached:
@@ -344,8 +349,11 @@ type StepSummary struct {
 	Time   time.Duration
 	Cached bool
 	Failed bool
-	Size   int64
-	Key    string
+	// Cancelled: stopped because another step failed or the build was
+	// interrupted.
+	Cancelled bool
+	Size      int64
+	Key       string
 }
 
 // Summary lists the finished steps in start order.
@@ -361,7 +369,7 @@ func (r *Reporter) Summary() []StepSummary {
 		if s.running || s.start.IsZero() {
 			continue
 		}
-		out = append(out, StepSummary{Step: name, Time: s.elapsed, Cached: s.cached, Failed: s.failed, Size: s.size, Key: s.key})
+		out = append(out, StepSummary{Step: name, Time: s.elapsed, Cached: s.cached, Failed: s.failed, Cancelled: s.cancelled, Size: s.size, Key: s.key})
 	}
 	return out
 }
@@ -375,12 +383,14 @@ func (r *Reporter) printSummary(total time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.clearBlock()
-	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(r.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tTIME\tCACHED\tSIZE\t")
 	var steps time.Duration
 	for _, s := range rows {
 		cached := "no"
 		switch {
+		case s.Cancelled:
+			cached = "cancelled"
 		case s.Failed:
 			cached = "FAILED"
 		case s.Cached:
