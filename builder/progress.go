@@ -380,6 +380,9 @@ func (r *Reporter) printSummary(total time.Duration) {
 		return
 	}
 	rows := r.Summary()
+	if len(rows) == 0 {
+		return // nothing ran (the output was up to date, or a check failed)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.clearBlock()
