@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/recipe"
 )
 
 // syncBuffer is a bytes.Buffer safe for the reporter's ticker and the test.
@@ -67,4 +69,30 @@ func TestReporterModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGoBuildProgress: a go step reports packages compiled of the count
+// go list gives, from go build -v, with the Go build cache out of play.
+func TestGoBuildProgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fetches a module")
+	}
+	t.Setenv("GOCACHE", t.TempDir()) // cold: every package compiles
+	step := &goBuildStep{g: recipe.GoBuild{
+		Module:  "golang.org/x/example/hello",
+		Version: "v0.0.0-20250915201037-7f05d217867b",
+		Package: ".",
+		Binary:  "/usr/bin/hello",
+	}, arch: "amd64"}
+	r := NewReporterMode(nil, false, ModePlain)
+	if err := step.Run(withMeter(context.Background(), r, "go:hello"), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	s := r.steps["go:hello"]
+	r.mu.Unlock()
+	if s == nil || s.unit != "packages" || s.total < 10 || s.done < s.total/2 || s.done > s.total {
+		t.Fatalf("progress %+v: want most of the go list -deps count compiled", s)
+	}
+	t.Logf("%d of %d packages", s.done, s.total)
 }
