@@ -130,16 +130,19 @@ func newBuild(r *recipe.Recipe, opts Options) (*build, *cache.Store, error) {
 // input key, artifacts unchanged) it writes nothing and returns its
 // manifest.
 func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildManifest, error) {
+	if opts.OutputDir == "" {
+		opts.OutputDir = filepath.Join("out", r.Name)
+	}
+	// The swap at the end deletes what the output held: refuse now, not
+	// after an hour of building (and before touching the cache).
+	if err := CheckOutputDir(opts.OutputDir); err != nil {
+		return nil, err
+	}
 	b, store, err := newBuild(r, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer b.log.Close()
-	// The swap at the end deletes what the output held: refuse now, not
-	// after an hour of building.
-	if err := CheckOutputDir(b.opts.OutputDir); err != nil {
-		return nil, err
-	}
 	began := time.Now()
 	defer func() { b.log.printSummary(time.Since(began)) }()
 	if b.key, err = b.inputKey(); err != nil {
@@ -179,7 +182,7 @@ type build struct {
 	opts    Options
 	epoch   int64
 	outputs outputSet
-	key     string // the build's input key; "" with --no-cache
+	key     string // the build's input key (recorded with --no-cache too)
 	store   *cache.Store
 	work    string // this build's work directory in the cache
 	run     Runner

@@ -123,9 +123,3 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 		Output:          filepath.Join(out, initrdFile),
 	})
 }
-
-// buildInit compiles the initrd's init for this build.
-func buildInit(ctx context.Context, work, arch string) (string, error) {
-	p := filepath.Join(work, "init")
-	return p, initrd.BuildInitBinary(ctx, p, arch)
-}
