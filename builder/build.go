@@ -149,7 +149,7 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 		return nil, err
 	}
 	if !b.opts.NoCache {
-		m, ok, err := upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify)
+		m, ok, err := upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify, true)
 		if err != nil {
 			return nil, err
 		}

@@ -250,7 +250,7 @@ func TestUpToDate(t *testing.T) {
 			if tc.key != "" {
 				key = tc.key
 			}
-			got, ok, err := upToDate(dir, key, store, tc.verify)
+			got, ok, err := upToDate(dir, key, store, tc.verify, true)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,7 +52,7 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 	}
 	p := &Plan{Recipe: r.Name, Output: b.opts.OutputDir, InputKey: b.key}
 	if !b.opts.NoCache {
-		if _, p.UpToDate, err = upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify); err != nil {
+		if _, p.UpToDate, err = upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify, false); err != nil {
 			return nil, err
 		}
 	}

@@ -170,8 +170,8 @@ func writeSeal(store *cache.Store, output string, manifest []byte, arts []osimag
 
 // upToDate reports whether dir holds the output of a build with input key
 // key, unchanged; it returns that output's manifest. Any doubt is "no":
-// the build then runs.
-func upToDate(dir, key string, store *cache.Store, verify bool) (*osimage.BuildManifest, bool, error) {
+// the build then runs. reseal records the artifacts after a full hash.
+func upToDate(dir, key string, store *cache.Store, verify, reseal bool) (*osimage.BuildManifest, bool, error) {
 	final, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, false, err
@@ -203,8 +203,10 @@ func upToDate(dir, key string, store *cache.Store, verify bool) (*osimage.BuildM
 			return nil, false, nil
 		}
 	}
-	// Hashed and good: seal it so the next check is a stat.
-	_ = writeSeal(store, final, data, m.Artifacts)
+	if reseal {
+		// Hashed and good: seal it so the next check is a stat.
+		_ = writeSeal(store, final, data, m.Artifacts)
+	}
 	return &m, true, nil
 }
 
