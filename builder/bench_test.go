@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +137,66 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 		name:         r.Name,
 		version:      r.Version,
 		arch:         r.Base.Architecture,
+	}
+}
+
+// BenchmarkNothingChanged measures a build whose output is up to date:
+// the input key, the manifest and one lstat per artifact, no step and no
+// write. The hypervisor case uses $OSB_BENCH_HYPERVISOR_OUT (default a
+// temporary directory), filled once outside the timer from the shared
+// cache.
+func BenchmarkNothingChanged(b *testing.B) {
+	requireTools(b, "mmdebstrap", "mksquashfs")
+	cacheDir := os.Getenv("OSB_CACHE_DIR")
+	if cacheDir == "" {
+		cacheDir = filepath.Join(os.TempDir(), "os-builder-test-cache")
+	}
+	for _, tc := range []struct {
+		name, recipe, outEnv string
+		exclude              []string
+	}{
+		{"test", "recipes/test.yaml", "", nil},
+		{"hypervisor", "recipes/hypervisor.yaml", "OSB_BENCH_HYPERVISOR_OUT", []string{"dpservice"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			load := func() *recipe.Recipe {
+				r, err := recipe.Load(filepath.Join(repoRoot(b), tc.recipe))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(tc.exclude) > 0 {
+					if err := r.ExcludeLayers(tc.exclude...); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return r
+			}
+			out := os.Getenv(tc.outEnv)
+			if out == "" {
+				out = filepath.Join(b.TempDir(), "out")
+			}
+			opts := Options{OutputDir: out, CacheDir: cacheDir}
+			first, err := Build(context.Background(), load(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var size int64
+			for _, a := range first.Artifacts {
+				size += a.Size
+			}
+			var log strings.Builder
+			opts.Progress, opts.ProgressMode = &log, ModePlain
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				log.Reset()
+				if _, err := Build(context.Background(), load(), opts); err != nil {
+					b.Fatal(err)
+				}
+				if !strings.Contains(log.String(), "nothing changed") {
+					b.Fatalf("the build ran:\n%s", log.String())
+				}
+			}
+			b.ReportMetric(float64(size)/(1<<20), "MiB-of-artifacts")
+		})
 	}
 }

@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -87,18 +88,60 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 		args = append(args, "--include="+strings.Join(s.packages, ","))
 	}
 	args = append(args, b.Release, filepath.Join(out, rootfsTar), b.Mirror)
+	// --verbose lets apt and dpkg talk: their lines are the progress.
+	args = append([]string{"--verbose"}, args...)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
 	cmd.Env = append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(s.epoch, 10))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	cmd.Stdout = &stderr
+	// Cancelled (another step failed, or ^C): mmdebstrap waits for apt or
+	// dpkg before it acts on a signal, so SIGTERM goes to its whole process
+	// group; it then unmounts what it mounted and exits. SIGKILL to the
+	// group only if that takes too long.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	defer func() {
+		if ctx.Err() != nil && cmd.Process != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers
+		}
+	}()
+	dpkg := &dpkgCounter{}
+	tool := &lineCounter{ctx: ctx, unit: "packages", count: dpkg.count}
+	cmd.Stderr = tool
+	cmd.Stdout = tool
 	if err := cmd.Run(); err != nil {
-		if located := s.unknownPackages(stderr.String()); located != nil {
+		if located := s.unknownPackages(tool.buf.String()); located != nil {
 			return located
 		}
-		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(stderr.String(), 40))
+		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(tool.buf.String(), 40))
 	}
 	return nil
+}
+
+var aptNewlyInstalled = regexp.MustCompile(`^\d+ upgraded, (\d+) newly installed`)
+
+// dpkgCounter follows apt and dpkg through each package's download,
+// unpacking and configuration: a package counts as done once configured,
+// and a third for each phase before.
+type dpkgCounter struct{ want, got, unpacked, configured int64 }
+
+func (c *dpkgCounter) count(line string, done, total *int64) {
+	switch {
+	case strings.HasPrefix(line, "Setting up "):
+		c.configured++
+	case strings.HasPrefix(line, "Unpacking "):
+		c.unpacked++
+	case strings.HasPrefix(line, "Get:") && c.want > 0 && !strings.Contains(line, "Release"):
+		c.got++
+	default:
+		if m := aptNewlyInstalled.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			// The second apt run (packages past the essential set) adds
+			// to what the first announced.
+			c.want = max(c.want, c.configured+n)
+		}
+	}
+	*done = (min(c.got, c.want) + c.unpacked + c.configured) / 3
+	*total = max(c.want, *done)
 }
 
 var unableToLocate = regexp.MustCompile(`(?m)Unable to locate package (\S+)|Package '?([^' ]+)'? has no installation candidate`)

@@ -1,7 +1,8 @@
 // Package builder turns a resolved recipe into boot artifacts. A build is a
-// chain of cacheable steps (bootstrap, go/oci sources, assemble, initrd,
-// artifacts); the output directory is staged aside and swapped into place
-// only when every artifact and the manifest are complete.
+// graph of cacheable steps (bootstrap, go/oci sources, init, assemble,
+// initrds) and artifact writers, run concurrently where they share nothing
+// (package graph); the output directory is staged aside and swapped into
+// place only when every artifact and the manifest are complete.
 package builder
 
 import (
@@ -13,13 +14,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ironcore-dev/os-builder/builder/graph"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -42,6 +46,17 @@ type Options struct {
 	Verbose bool
 	// Progress receives progress lines; nil for silence.
 	Progress io.Writer
+	// ProgressMode is ModeAuto, ModePlain or ModeJSON.
+	ProgressMode string
+	// Jobs bounds the steps running at once (a Go build or a squashfs
+	// write counts as one or more); 0 means the number of cores.
+	Jobs int
+	// MemMiB bounds the memory the running steps may need together; 0
+	// means what the kernel reports available when the build starts.
+	MemMiB int
+	// Verify makes the nothing-changed check hash every artifact instead
+	// of trusting their recorded identity (see upToDate).
+	Verify bool
 	// SignKey and SignCert (PEM paths) sign the UKIs for Secure Boot.
 	SignKey, SignCert string
 	// SourceDateEpoch fixes every timestamp; 0 means $SOURCE_DATE_EPOCH or
@@ -83,25 +98,78 @@ func (o *Options) epoch() (int64, error) {
 	return DefaultSourceDateEpoch, nil
 }
 
-// Build runs the recipe and returns the manifest of the output directory.
-func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildManifest, error) {
+// newBuild checks the options and opens the cache; the caller closes the
+// reporter.
+func newBuild(r *recipe.Recipe, opts Options) (*build, *cache.Store, error) {
 	epoch, err := opts.epoch()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if opts.OutputDir == "" {
 		opts.OutputDir = filepath.Join("out", r.Name)
 	}
-	// The swap at the end deletes what the output held: refuse now, not
-	// after an hour of building.
-	if err := CheckOutputDir(opts.OutputDir); err != nil {
-		return nil, err
-	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = DefaultCacheDir()
 	}
+	if opts.Jobs <= 0 {
+		opts.Jobs = runtime.NumCPU()
+	}
+	if opts.MemMiB <= 0 {
+		opts.MemMiB = availableMiB()
+	}
+	outputs, err := parseOutputs(r.Outputs)
+	if err != nil {
+		return nil, nil, err
+	}
 	store, err := cache.Open(opts.CacheDir)
 	if err != nil {
+		return nil, nil, err
+	}
+	log := NewReporterMode(opts.Progress, opts.Verbose, opts.ProgressMode)
+	store.Log = log.Infof
+	return &build{r: r, opts: opts, epoch: epoch, outputs: outputs, log: log, store: store}, store, nil
+}
+
+// Build runs the recipe and returns the manifest of the output directory.
+// When the output directory already holds what the recipe makes (same
+// input key, artifacts unchanged) it writes nothing and returns its
+// manifest.
+func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildManifest, error) {
+	if opts.OutputDir == "" {
+		opts.OutputDir = filepath.Join("out", r.Name)
+	}
+	// The swap at the end deletes what the output held: refuse now, not
+	// after an hour of building (and before touching the cache).
+	if err := CheckOutputDir(opts.OutputDir); err != nil {
+		return nil, err
+	}
+	b, store, err := newBuild(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.log.Close()
+	began := time.Now()
+	defer func() { b.log.printSummary(time.Since(began)) }()
+	// Every source gets its digest (recipe, lock or resolved) before any
+	// key is made of it.
+	if b.pinned, err = PinSources(ctx, r, b.opts.Locked, b.log.Infof); err != nil {
+		return nil, err
+	}
+	if b.key, err = b.inputKey(); err != nil {
+		return nil, err
+	}
+	if !b.opts.NoCache {
+		m, ok, err := upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify, true)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			b.log.Infof("nothing changed: %s is up to date (input key %.12s)", b.opts.OutputDir, b.key)
+			return m, nil
+		}
+	}
+	// An unreachable image source must fail now, not after the long steps.
+	if err := PreflightOCI(ctx, r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
 	// The work directory is locked, not named by PID: a build sweeping the
@@ -111,98 +179,280 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 		return nil, err
 	}
 	defer tmp.Remove()
-	work := tmp.Path
-
-	log := NewReporter(opts.Progress, opts.Verbose)
-	store.Log = log.Infof
-	var runner Runner = plainRunner{work: work}
-	if !opts.NoCache {
-		runner = cachedRunner{store: store, scope: r.Name, log: log}
+	b.work = tmp.Path
+	b.run = plainRunner{work: tmp.Path}
+	if !b.opts.NoCache {
+		b.run = cachedRunner{store: store, scope: r.Name, log: b.log}
 	}
-	runner = timedRunner{next: runner, log: log}
-	b := &build{r: r, opts: opts, epoch: epoch, run: runner, work: work, log: log}
 	return b.do(ctx)
 }
 
 type build struct {
-	r     *recipe.Recipe
-	opts  Options
-	epoch int64
-	run   Runner
-	work  string
-	log   *Reporter
+	r       *recipe.Recipe
+	opts    Options
+	epoch   int64
+	outputs outputSet
+	key     string // the build's input key (recorded with --no-cache too)
+	store   *cache.Store
+	work    string // this build's work directory in the cache
+	run     Runner
+	log     *Reporter
 	// pinned lists the sources with their digests, for the manifest.
 	pinned []osimage.Source
-	init   string // the init's host path, once written
-	// bins are the built programs manifest.json lists.
-	bins []binary
+}
+
+// flow is what the steps hand on to the steps after them. Each field is
+// written by one node of the graph and read by nodes that depend on it.
+type flow struct {
+	bootDir string
+	sources [][]binary // per go/oci step, in recipe order
+	asmDir  string
+	initBin string
+	art     *artifactInputs
+	arts    map[string][]osimage.Artifact // per artifact writer
+	sizes   map[string]int64              // per step: its output's bytes
+	mu      sync.Mutex
+}
+
+// node is one step of the build graph: a cached step (make builds it once
+// its dependencies have run; use takes its output directory) or an
+// artifact writer.
+type node struct {
+	name      string
+	deps      []string
+	jobs, mem int
+	layer     string // for errors: the layer the step comes from
+	make      func() (Step, error)
+	use       func(dir string) error
+	writer    *artifactWriter
+}
+
+// nodes declares the build graph. Steps read other steps' outputs only
+// through f, after the graph has run those steps.
+func (b *build) nodes(f *flow, stage string) []node {
+	boot := &bootstrapStep{r: b.r, packages: b.packages(b.outputs), epoch: b.epoch}
+	ns := []node{{
+		name: "bootstrap", jobs: 1, mem: 1024,
+		make: func() (Step, error) { return boot, nil },
+		use:  func(dir string) error { f.bootDir = dir; return nil },
+	}}
+	names := map[string]int{}
+	unique := func(name string) string {
+		names[name]++
+		if n := names[name]; n > 1 {
+			return fmt.Sprintf("%s#%d", name, n)
+		}
+		return name
+	}
+	var sourceNames []string
+	for _, l := range b.r.Resolved {
+		for _, g := range l.Go {
+			s := &goBuildStep{g: g, arch: b.r.Base.Architecture}
+			i := len(f.sources)
+			f.sources = append(f.sources, nil)
+			name := unique(s.Name())
+			sourceNames = append(sourceNames, name)
+			ns = append(ns, node{
+				name: name, jobs: 1, mem: 2048, layer: l.Name,
+				make: func() (Step, error) { return s, nil },
+				use: func(dir string) error {
+					f.sources[i] = []binary{{src: s.binaryPath(dir), dest: g.Binary, step: s.Name()}}
+					return nil
+				},
+			})
+		}
+		for _, o := range l.OCI {
+			s := &ociStep{src: o, arch: b.r.Base.Architecture, storeDir: OCIStoreDir(b.opts.CacheDir)}
+			i := len(f.sources)
+			f.sources = append(f.sources, nil)
+			name := unique(s.Name())
+			sourceNames = append(sourceNames, name)
+			ns = append(ns, node{
+				name: name, jobs: 1, mem: 256, layer: l.Name,
+				make: func() (Step, error) { return s, nil },
+				use: func(dir string) (err error) {
+					f.sources[i], err = s.binaries(dir)
+					return err
+				},
+			})
+		}
+	}
+	arch := b.r.Base.Architecture
+	ns = append(ns, node{
+		name: "init", jobs: 1, mem: 512,
+		make: func() (Step, error) { return &initStep{arch: arch, src: b.opts.Init, log: b.log}, nil },
+		use:  func(dir string) error { f.initBin = initBinary(dir); return nil },
+	}, node{
+		name: "assemble", deps: append([]string{"bootstrap"}, sourceNames...), jobs: 2, mem: 1024,
+		make: func() (Step, error) {
+			bootIn, err := boot.Inputs()
+			if err != nil {
+				return nil, err
+			}
+			var bins []binary
+			for _, s := range f.sources {
+				bins = append(bins, s...)
+			}
+			return bytesMetered{Step: &assembleStep{r: b.r, bootstrap: f.bootDir, bootstrapKey: bootIn.Key(), binaries: bins, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
+		},
+		use: func(dir string) error { f.asmDir, f.art.assembled = dir, dir; return nil },
+	})
+	initrdNode := func(withRoot bool) node {
+		s := &initrdStep{modules: b.modules(), epoch: b.epoch, withRoot: withRoot}
+		return node{
+			name: s.Name(), deps: []string{"assemble", "init"}, jobs: 1, mem: 1024,
+			make: func() (Step, error) {
+				s.assembled, s.init = f.asmDir, f.initBin
+				return bytesMetered{Step: s, total: func() int64 {
+					n := dirSize(filepath.Join(f.asmDir, modulesDir)) + fileSize(f.initBin)
+					if withRoot {
+						n += fileSize(filepath.Join(f.asmDir, rootImage))
+					}
+					return n
+				}}, nil
+			},
+			use: func(dir string) error {
+				if withRoot {
+					f.art.initrd = filepath.Join(dir, initrdFile)
+				} else {
+					f.art.noRootInitrd = filepath.Join(dir, initrdFile)
+				}
+				return nil
+			},
+		}
+	}
+	ns = append(ns, initrdNode(true))
+	if b.outputs["disk"] || b.outputs["pxe"] {
+		ns = append(ns, initrdNode(false))
+	}
+	for _, w := range artifactWriters(b.outputs, f.art, stage) {
+		ns = append(ns, node{name: w.name, deps: w.needs, jobs: 1, mem: 1024, writer: &w})
+	}
+	return ns
 }
 
 func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
-	outputs, err := parseOutputs(b.r.Outputs)
+	final, err := filepath.Abs(b.opts.OutputDir)
 	if err != nil {
 		return nil, err
 	}
-	// Every source gets its digest (recipe, lock or resolved) before any
-	// step keys on it.
-	if b.pinned, err = PinSources(ctx, b.r, b.opts.Locked, b.log.Infof); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, err
 	}
-	// An unreachable image source must fail now, not after the long steps.
-	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
-		return nil, err
-	}
-	// So must a builder that cannot get its init.
-	initBin, err := buildInit(ctx, b.opts.Init, b.work, b.r.Base.Architecture, b.log)
+	removeStaleStaging(final)
+	stage, unlock, err := newStaging(final)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("output %s: %w", final, err)
 	}
-	b.init = initBin
-	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
-	bootIn, err := boot.Inputs()
-	if err != nil {
-		return nil, err
-	}
-	bootDir, err := b.run.Run(ctx, boot)
-	if err != nil {
-		return nil, err
-	}
-	binaries, err := b.sources(ctx)
-	if err != nil {
-		return nil, err
-	}
-	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, bootstrapKey: bootIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
-	if err != nil {
-		return nil, err
-	}
-	b.bins = binaries
-	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch, withRoot: true})
-	if err != nil {
-		return nil, err
-	}
-	art := &artifactInputs{
-		assembled: asmDir,
-		initrd:    filepath.Join(initrdDir, initrdFile),
-		cmdline:   b.cmdline(),
-		epoch:     b.epoch,
-		name:      b.r.Name,
-		version:   b.r.Version,
-		arch:      b.r.Base.Architecture,
-		dataMiB:   int64(b.r.DataSizeMiB()),
-	}
-	if outputs["disk"] || outputs["pxe"] {
-		dir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
-		if err != nil {
-			return nil, err
-		}
-		art.noRootInitrd = filepath.Join(dir, initrdFile)
-	}
+	defer func() {
+		os.RemoveAll(stage)
+		unlock()
+	}()
+	f := &flow{art: b.artifactInputs(), arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}}
 	if b.opts.SignKey != "" || b.opts.SignCert != "" {
-		if art.signer, art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
+		if f.art.signer, f.art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
 			return nil, fmt.Errorf("secure boot key: %w", err)
 		}
 	}
-	return b.publish(ctx, outputs, art, bootDir)
+	ns := b.nodes(f, stage)
+	g := graph.New()
+	for _, n := range ns {
+		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, f)}); err != nil {
+			return nil, err
+		}
+	}
+	err = g.Run(ctx, graph.Options{
+		Jobs: b.opts.Jobs, MemMiB: b.opts.MemMiB,
+		Start: b.log.beginStep,
+		Finish: func(name string, err error) {
+			f.mu.Lock()
+			size := f.sizes[name]
+			for _, a := range f.arts[name] {
+				size += a.Size
+			}
+			f.mu.Unlock()
+			b.log.endStep(name, err, size)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var arts []osimage.Artifact
+	for _, n := range ns {
+		if n.writer != nil {
+			arts = append(arts, f.arts[n.name]...)
+		}
+	}
+	return b.publish(arts, f, stage, final)
+}
+
+// runNode is how the graph runs one node: a cached step through the
+// runner, an artifact writer into the staging directory.
+func (b *build) runNode(n node, f *flow) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		ctx = withMeter(ctx, b.log, n.name)
+		if w := n.writer; w != nil {
+			stop := watchBytes(ctx, w.size(), w.files...)
+			arts, err := w.write(ctx)
+			stop()
+			if err != nil {
+				return err
+			}
+			f.mu.Lock()
+			f.arts[n.name] = arts
+			f.mu.Unlock()
+			return nil
+		}
+		s, err := n.make()
+		if err != nil {
+			return err
+		}
+		dir, err := b.run.Run(ctx, s)
+		if err == nil {
+			size := dirSize(dir)
+			f.mu.Lock()
+			f.sizes[n.name] = size
+			f.mu.Unlock()
+			err = n.use(dir)
+		}
+		if err != nil && ctx.Err() != nil {
+			// Stopped because another step failed: say so, whatever the
+			// tool said as it died.
+			return fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		if err != nil && n.layer != "" {
+			return fmt.Errorf("layer %s: %w", n.layer, err)
+		}
+		return err
+	}
+}
+
+func (b *build) artifactInputs() *artifactInputs {
+	return &artifactInputs{
+		cmdline: b.cmdline(),
+		epoch:   b.epoch,
+		name:    b.r.Name,
+		version: b.r.Version,
+		arch:    b.r.Base.Architecture,
+		dataMiB: int64(b.r.DataSizeMiB()),
+	}
+}
+
+// availableMiB is MemAvailable from /proc/meminfo; 0 (no bound) if unknown.
+func availableMiB() int {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			if err == nil {
+				return kb >> 10
+			}
+		}
+	}
+	return 0
 }
 
 // packages is the full package set: the recipe's plus what its outputs need.
@@ -233,70 +483,20 @@ func (b *build) cmdline() string {
 	return strings.Join(words, " ")
 }
 
-// sources runs the recipe's go and oci steps and returns what they made.
-func (b *build) sources(ctx context.Context) ([]binary, error) {
-	var out []binary
-	for _, l := range b.r.Resolved {
-		for _, g := range l.Go {
-			s := &goBuildStep{g: g, arch: b.r.Base.Architecture}
-			dir, err := b.run.Run(ctx, s)
-			if err != nil {
-				return nil, fmt.Errorf("layer %s: %w", l.Name, err)
-			}
-			out = append(out, binary{src: s.binaryPath(dir), dest: g.Binary, step: s.Name()})
-		}
-		for _, o := range l.OCI {
-			s := &ociStep{src: o, arch: b.r.Base.Architecture, storeDir: OCIStoreDir(b.opts.CacheDir)}
-			dir, err := b.run.Run(ctx, s)
-			if err != nil {
-				return nil, fmt.Errorf("layer %s: %w", l.Name, err)
-			}
-			bins, err := s.binaries(dir)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, bins...)
-		}
-	}
-	return out, nil
-}
-
-// publish writes every chosen artifact and the manifest into a staging
-// directory beside the output and swaps it into place in one rename.
-func (b *build) publish(ctx context.Context, outputs outputSet, art *artifactInputs, bootDir string) (*osimage.BuildManifest, error) {
-	final, err := filepath.Abs(b.opts.OutputDir)
+// publish writes the manifest into the staging directory and swaps it
+// into place in one rename.
+func (b *build) publish(arts []osimage.Artifact, f *flow, stage, final string) (*osimage.BuildManifest, error) {
+	m, err := b.manifest(arts, f)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return nil, err
-	}
-	removeStaleStaging(final)
-	stage, unlock, err := newStaging(final)
-	if err != nil {
-		return nil, fmt.Errorf("output %s: %w", final, err)
-	}
-	defer func() {
-		os.RemoveAll(stage)
-		unlock()
-	}()
-
-	start := time.Now()
-	done := b.log.start("artifacts")
-	arts, err := writeArtifacts(ctx, outputs, art, stage)
-	done(time.Since(start), err)
-	if err != nil {
-		return nil, err
-	}
-	m, err := b.manifest(arts, art, bootDir, stage)
-	if err != nil {
-		return nil, err
-	}
+	m.InputKey = b.key
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(stage, osimage.ManifestFile), append(data, '\n'), 0o644); err != nil {
+	data = append(data, '\n')
+	if err := os.WriteFile(filepath.Join(stage, osimage.ManifestFile), data, 0o644); err != nil {
 		return nil, err
 	}
 	if err := os.Chmod(stage, 0o755); err != nil {
@@ -308,30 +508,42 @@ func (b *build) publish(ctx context.Context, outputs outputSet, art *artifactInp
 	if err := swapInto(stage, final); err != nil {
 		return nil, fmt.Errorf("output %s: %w", final, err)
 	}
+	if b.key != "" {
+		// Only the swap moved the files, and a rename keeps their
+		// identity: seal them where they now are.
+		if err := writeSeal(b.store, final, data, m.Artifacts); err != nil {
+			b.log.Infof("warning: %v (the next build hashes the output to see that nothing changed)", err)
+		}
+	}
 	b.log.Infof("wrote %s", b.opts.OutputDir)
 	return m, nil
 }
 
-func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, stage string) (*osimage.BuildManifest, error) {
+func (b *build) manifest(arts []osimage.Artifact, f *flow) (*osimage.BuildManifest, error) {
+	art := f.art
 	osr, err := parseOSRelease(filepath.Join(art.assembled, osReleaseFile))
 	if err != nil {
 		return nil, fmt.Errorf("os-release: %w", err)
 	}
-	pkgs, err := readPackages(filepath.Join(bootDir, packagesList))
+	pkgs, err := readPackages(filepath.Join(f.bootDir, packagesList))
 	if err != nil {
 		return nil, err
 	}
-	initMeta, err := initInfo(b.init)
+	initMeta, err := initInfo(f.initBin)
+	if err != nil {
+		return nil, err
+	}
+	var bins []binary
+	for _, s := range f.sources {
+		bins = append(bins, s...)
+	}
+	progs, err := goPrograms(bins, f.initBin)
 	if err != nil {
 		return nil, err
 	}
 	var layers []string
 	for _, l := range b.r.Resolved {
 		layers = append(layers, l.Name)
-	}
-	progs, err := goPrograms(b.bins, b.init)
-	if err != nil {
-		return nil, err
 	}
 	return &osimage.BuildManifest{
 		Recipe:          b.r.Name,

@@ -169,13 +169,39 @@ func (s *goBuildStep) Run(ctx context.Context, out string) error {
 		args = append(args, "-tags", strings.Join(s.g.Tags, ","))
 	}
 	args = append(args, "-ldflags", strings.TrimSpace("-buildid= "+s.g.Ldflags), s.g.Package)
-	cmd := exec.CommandContext(ctx, "go", args...)
+	total := s.countPackages(ctx, work)
+	// -v names each package as it is compiled: the progress.
+	cmd := exec.CommandContext(ctx, "go", append(args[:1:1], append([]string{"-v"}, args[1:]...)...)...)
 	cmd.Dir = work
 	cmd.Env = goBuildEnv(s.arch, s.g.CGO)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(b), 30))
+	tool := &lineCounter{ctx: ctx, unit: "packages", count: func(line string, done, tot *int64) {
+		if line != "" && !strings.HasPrefix(line, "#") && !strings.Contains(line, " ") {
+			*done++
+		}
+		*tot = total
+	}}
+	cmd.Stdout, cmd.Stderr = tool, tool
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(tool.buf.String(), 30))
 	}
 	return nil
+}
+
+// countPackages is how many packages the program is built from (go list
+// -deps), for progress; 0 when go list fails (the build will say why).
+func (s *goBuildStep) countPackages(ctx context.Context, work string) int64 {
+	args := []string{"list", "-mod=readonly", "-deps"}
+	if len(s.g.Tags) > 0 {
+		args = append(args, "-tags", strings.Join(s.g.Tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, s.g.Package)...)
+	cmd.Dir = work
+	cmd.Env = goBuildEnv(s.arch, s.g.CGO)
+	b, err := cmd.Output()
+	if err != nil {
+		return 0
+	}
+	return int64(strings.Count(string(b), "\n"))
 }
 
 // goModDownload fetches module@version into the module cache and returns

@@ -129,21 +129,6 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 // InitSource supplies the initrd's init (Options.Init).
 type InitSource = initrd.InitSource
 
-// buildInit writes the initrd's init for this build into work: from src
-// (cmd/builder passes the init it carries), else built from source.
-func buildInit(ctx context.Context, src InitSource, work, arch string, log *Reporter) (string, error) {
-	if src == nil {
-		src = initrd.SourceInit{}
-	}
-	p := filepath.Join(work, "init")
-	from, err := src.WriteInit(ctx, p, arch)
-	if err != nil {
-		return "", err
-	}
-	log.Infof("init: %s", from)
-	return p, nil
-}
-
 // initInfo describes the init for the manifest: enough to check that a
 // rebuild used the same one.
 func initInfo(p string) (*osimage.InitInfo, error) {

@@ -20,9 +20,10 @@ import (
 func TestBuildInitSources(t *testing.T) {
 	carried := []byte("\x7fELF carried init")
 	var log bytes.Buffer
-	p, err := buildInit(context.Background(), initrd.PrebuiltInits{
+	prebuilt := initrd.PrebuiltInits{
 		FS: fstest.MapFS{initrd.PrebuiltInitName("arm64"): {Data: carried}}, From: "carried by the builder",
-	}, t.TempDir(), "arm64", NewReporter(&log, false))
+	}
+	p, err := runInit(prebuilt, t.TempDir(), "arm64", NewReporter(&log, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +32,17 @@ func TestBuildInitSources(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "init: carried by the builder") {
 		t.Errorf("log %q", log.String())
+	}
+	// The carried init's key is its bytes: other bytes, another key.
+	key := func(data []byte) string {
+		in, err := (&initStep{arch: "arm64", src: initrd.PrebuiltInits{FS: fstest.MapFS{initrd.PrebuiltInitName("arm64"): {Data: data}}}}).Inputs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Key()
+	}
+	if key(carried) == key(append(carried, 0)) {
+		t.Error("the carried init's key does not follow its bytes")
 	}
 	info, err := initInfo(p)
 	sum := sha256.Sum256(carried)
@@ -46,7 +58,7 @@ func TestBuildInitSources(t *testing.T) {
 	}
 	// nil: built from this source tree, with the toolchain on record.
 	log.Reset()
-	p, err = buildInit(context.Background(), nil, t.TempDir(), "amd64", NewReporter(&log, false))
+	p, err = runInit(nil, t.TempDir(), "amd64", NewReporter(&log, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,4 +68,13 @@ func TestBuildInitSources(t *testing.T) {
 	if !strings.Contains(log.String(), "init: built from ") {
 		t.Errorf("log %q", log.String())
 	}
+}
+
+// runInit runs the init step the way a build does and returns the init.
+func runInit(src InitSource, out, arch string, log *Reporter) (string, error) {
+	s := &initStep{arch: arch, src: src, log: log}
+	if err := s.Run(context.Background(), out); err != nil {
+		return "", err
+	}
+	return initBinary(out), nil
 }

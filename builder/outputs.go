@@ -81,88 +81,166 @@ const (
 	fileISO     = "image.iso"
 )
 
-// writeArtifacts writes the chosen artifacts into dir and describes them.
-// Order matters: the ISO carries the UKI written before it.
-func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir string) ([]osimage.Artifact, error) {
-	var arts []osimage.Artifact
-	add := func(kind osimage.ArtifactKind, name string) error {
+// artifactWriter writes some artifacts of an output directory. The build
+// runs the writers as steps of its graph, each once the steps (or writers)
+// it needs are done; writeArtifacts runs them one after another.
+type artifactWriter struct {
+	name  string
+	needs []string // steps and writers whose outputs it reads
+	files []string // what it writes, for progress
+	// size estimates the bytes it writes, for progress.
+	size  func() int64
+	write func(ctx context.Context) ([]osimage.Artifact, error)
+}
+
+// artifactWriters are the writers of the chosen artifacts into dir, in
+// manifest order. The ISO carries the UKI the uki writer made.
+func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWriter {
+	var ws []artifactWriter
+	describe := func(kind osimage.ArtifactKind, name string) (osimage.Artifact, error) {
 		p := filepath.Join(dir, name)
 		fi, err := os.Stat(p)
 		if err != nil {
-			return err
+			return osimage.Artifact{}, err
 		}
 		d, err := digestFile(p)
 		if err != nil {
-			return err
+			return osimage.Artifact{}, err
 		}
-		arts = append(arts, osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: d})
-		return nil
+		return osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: d}, nil
 	}
 	if out["pxe"] {
-		for _, f := range []struct {
+		type copied struct {
 			kind osimage.ArtifactKind
-			src  string
+			src  func() string
 			name string
-		}{
-			{osimage.KindKernel, in.kernel(), fileKernel},
-			{osimage.KindInitrd, in.initrd, fileInitrd},
-			{osimage.KindRootfs, in.rootImage(), fileRootfs},
-			{osimage.KindInitrdNoRoot, in.noRootInitrd, fileNoRoot},
-		} {
-			if err := copyFile(f.src, filepath.Join(dir, f.name), 0o644); err != nil {
-				return nil, fmt.Errorf("pxe: %w", err)
+		}
+		files := []copied{
+			{osimage.KindKernel, in.kernel, fileKernel},
+			{osimage.KindInitrd, func() string { return in.initrd }, fileInitrd},
+			{osimage.KindRootfs, in.rootImage, fileRootfs},
+			{osimage.KindInitrdNoRoot, func() string { return in.noRootInitrd }, fileNoRoot},
+		}
+		w := artifactWriter{name: "pxe", needs: []string{"assemble", "initrd", "initrd-noroot"}}
+		for _, f := range files {
+			w.files = append(w.files, filepath.Join(dir, f.name))
+		}
+		w.size = func() int64 {
+			var n int64
+			for _, f := range files {
+				n += fileSize(f.src())
 			}
-			if err := add(f.kind, f.name); err != nil {
+			return n
+		}
+		w.write = func(ctx context.Context) ([]osimage.Artifact, error) {
+			var arts []osimage.Artifact
+			for _, f := range files {
+				if err := copyFile(f.src(), filepath.Join(dir, f.name), 0o644); err != nil {
+					return nil, fmt.Errorf("pxe: %w", err)
+				}
+				a, err := describe(f.kind, f.name)
+				if err != nil {
+					return nil, err
+				}
+				arts = append(arts, a)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fileCmdline), []byte(in.cmdline+"\n"), 0o644); err != nil {
 				return nil, err
 			}
+			a, err := describe(osimage.KindCmdline, fileCmdline)
+			if err != nil {
+				return nil, err
+			}
+			return append(arts, a), nil
 		}
-		if err := os.WriteFile(filepath.Join(dir, fileCmdline), []byte(in.cmdline+"\n"), 0o644); err != nil {
-			return nil, err
-		}
-		if err := add(osimage.KindCmdline, fileCmdline); err != nil {
-			return nil, err
-		}
+		ws = append(ws, w)
 	}
-	// The ISO boots the same UKI; write it aside when only the ISO wants it.
+	// The ISO boots the same UKI; the uki writer puts it aside when only
+	// the ISO wants it, and the ISO writer removes it.
 	ukiPath := filepath.Join(dir, fileUKI)
 	if !out["uki"] && out["iso"] {
 		ukiPath = filepath.Join(dir, ".iso-uki.efi")
-		defer os.Remove(ukiPath)
+	}
+	ukiSize := func() int64 {
+		return fileSize(in.kernel()) + fileSize(in.initrd) + fileSize(filepath.Join(in.assembled, stubFile))
 	}
 	if out["uki"] || out["iso"] {
-		if err := in.writeUKI(ukiPath, in.initrd, in.cmdline); err != nil {
-			return nil, fmt.Errorf("uki: %w", err)
-		}
-		if out["uki"] {
-			if err := add(osimage.KindUKI, fileUKI); err != nil {
-				return nil, err
-			}
-		}
+		ws = append(ws, artifactWriter{
+			name: "uki", needs: []string{"assemble", "initrd"}, files: []string{ukiPath}, size: ukiSize,
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				if err := in.writeUKI(ukiPath, in.initrd, in.cmdline); err != nil {
+					return nil, fmt.Errorf("uki: %w", err)
+				}
+				if !out["uki"] {
+					return nil, nil
+				}
+				a, err := describe(osimage.KindUKI, fileUKI)
+				return []osimage.Artifact{a}, err
+			},
+		})
 	}
 	if out["disk"] {
-		if err := in.writeDisk(filepath.Join(dir, fileDisk)); err != nil {
-			return nil, fmt.Errorf("disk: %w", err)
-		}
-		if err := add(osimage.KindDisk, fileDisk); err != nil {
-			return nil, err
-		}
+		p := filepath.Join(dir, fileDisk)
+		ws = append(ws, artifactWriter{
+			name: "disk", needs: []string{"assemble", "initrd-noroot"}, files: []string{p, p + ".uki.tmp"},
+			size: func() int64 {
+				return fileSize(in.kernel()) + fileSize(in.noRootInitrd) + fileSize(in.rootImage()) + in.dataMiB<<20
+			},
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				if err := in.writeDisk(p); err != nil {
+					return nil, fmt.Errorf("disk: %w", err)
+				}
+				a, err := describe(osimage.KindDisk, fileDisk)
+				return []osimage.Artifact{a}, err
+			},
+		})
 	}
 	if out["iso"] {
-		err := isoimage.Write(filepath.Join(dir, fileISO), isoimage.Options{
-			Architecture:    in.arch,
-			UKI:             ukiPath,
-			VolumeLabel:     isoVolumeLabel(in.name),
-			Seed:            in.name + "/" + in.version,
-			SourceDateEpoch: in.epoch,
+		p := filepath.Join(dir, fileISO)
+		ws = append(ws, artifactWriter{
+			name: "iso", needs: []string{"uki"}, files: []string{p}, size: ukiSize,
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				if !out["uki"] {
+					defer os.Remove(ukiPath)
+				}
+				err := isoimage.Write(p, isoimage.Options{
+					Architecture:    in.arch,
+					UKI:             ukiPath,
+					VolumeLabel:     isoVolumeLabel(in.name),
+					Seed:            in.name + "/" + in.version,
+					SourceDateEpoch: in.epoch,
+				})
+				if err != nil {
+					return nil, fmt.Errorf("iso: %w", err)
+				}
+				a, err := describe(osimage.KindISO, fileISO)
+				return []osimage.Artifact{a}, err
+			},
 		})
+	}
+	return ws
+}
+
+// writeArtifacts writes the chosen artifacts into dir one after another
+// and describes them.
+func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir string) ([]osimage.Artifact, error) {
+	var arts []osimage.Artifact
+	for _, w := range artifactWriters(out, in, dir) {
+		a, err := w.write(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("iso: %w", err)
-		}
-		if err := add(osimage.KindISO, fileISO); err != nil {
 			return nil, err
 		}
+		arts = append(arts, a...)
 	}
 	return arts, nil
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and

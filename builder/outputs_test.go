@@ -141,7 +141,7 @@ func TestOutputReplacement(t *testing.T) {
 	}
 	out := t.TempDir() // empty
 	cacheDir := sharedCacheDir(t)
-	build := func(broken bool) error {
+	build := func(broken bool, version string) error {
 		r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -149,6 +149,8 @@ func TestOutputReplacement(t *testing.T) {
 		if broken {
 			addUnreachableSource(t, r)
 		}
+		// Another version: a build with nothing changed would write nothing.
+		r.Version = version
 		_, err = Build(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir})
 		return err
 	}
@@ -164,18 +166,18 @@ func TestOutputReplacement(t *testing.T) {
 		return info, string(m)
 	}
 
-	if err := build(false); err != nil {
+	if err := build(false, "0.1.0"); err != nil {
 		t.Fatalf("build into an empty directory: %v", err)
 	}
 	first, _ := state()
-	if err := build(false); err != nil {
+	if err := build(false, "0.1.1"); err != nil {
 		t.Fatalf("build over an earlier output: %v", err)
 	}
 	second, manifest := state()
 	if os.SameFile(first, second) {
 		t.Error("the earlier output was not replaced (same directory)")
 	}
-	if err := build(true); err == nil || errors.Is(err, ErrOutputNotOurs) {
+	if err := build(true, "0.1.2"); err == nil || errors.Is(err, ErrOutputNotOurs) {
 		t.Fatalf("broken build = %v, want a preflight failure", err)
 	}
 	third, after := state()

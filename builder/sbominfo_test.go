@@ -1,7 +1,6 @@
 package builder
 
 import (
-	"context"
 	"debug/buildinfo"
 	"os"
 	"path/filepath"
@@ -20,7 +19,7 @@ import (
 // records (as `go version -m` shows it). Non-Go-step binaries are skipped;
 // a file without build info fails, naming where it goes in the image.
 func TestGoPrograms(t *testing.T) {
-	self, err := buildInit(context.Background(), nil, t.TempDir(), runtime.GOARCH, NewReporter(nil, false))
+	self, err := runInit(nil, t.TempDir(), runtime.GOARCH, NewReporter(nil, false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/ironcore-dev/os-builder/cache"
 )
@@ -23,8 +22,8 @@ type Step interface {
 }
 
 // Runner runs a step and returns the directory holding its output. Caching
-// and progress reporting are decorators around the plain runner, in the
-// manner of ko's build.Interface.
+// is a decorator around the plain runner, in the manner of ko's
+// build.Interface; the build graph (build.go) reports start and end.
 type Runner interface {
 	Run(ctx context.Context, s Step) (string, error)
 }
@@ -54,12 +53,14 @@ type cachedRunner struct {
 func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
 	in, err := s.Inputs()
 	if err != nil {
-		return "", fmt.Errorf("%s: inputs: %w", s.Name(), err)
+		return "", fmt.Errorf("inputs: %w", err)
 	}
 	key := in.Key()
+	name := stepName(ctx, s.Name())
+	r.log.setKey(name, key)
 	if dir, ok := r.store.Lookup(key); ok {
 		r.store.Touch(key)
-		r.log.cached(s.Name())
+		r.log.cached(name)
 		r.remember(s.Name(), in)
 		return dir, nil
 	}
@@ -74,7 +75,7 @@ func (r cachedRunner) Run(ctx context.Context, s Step) (string, error) {
 		return "", err
 	}
 	if !ran { // a concurrent build filled it while this one waited
-		r.log.cached(s.Name())
+		r.log.cached(name)
 	}
 	r.remember(s.Name(), in)
 	return dir, nil
@@ -88,21 +89,22 @@ func (r cachedRunner) remember(step string, in cache.Inputs) {
 	}
 }
 
-// timedRunner reports each step's start, end and duration.
-type timedRunner struct {
-	next Runner
-	log  *Reporter
+// bytesMetered reports the bytes its step has written so far as progress:
+// for steps whose tools say nothing while they write (mksquashfs, the
+// initrd writer).
+type bytesMetered struct {
+	Step
+	total func() int64 // an estimate of the final size; nil: unknown
 }
 
-func (r timedRunner) Run(ctx context.Context, s Step) (string, error) {
-	start := time.Now()
-	done := r.log.start(s.Name())
-	dir, err := r.next.Run(ctx, s)
-	done(time.Since(start), err)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", s.Name(), err)
+func (s bytesMetered) Run(ctx context.Context, out string) error {
+	var total int64
+	if s.total != nil {
+		total = s.total()
 	}
-	return dir, nil
+	stop := watchBytes(ctx, total, out)
+	defer stop()
+	return s.Step.Run(ctx, out)
 }
 
 func sanitizeName(s string) string {

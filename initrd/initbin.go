@@ -3,6 +3,8 @@ package initrd
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +57,16 @@ func (p PrebuiltInits) WriteInit(_ context.Context, path, goarch string) (string
 	return p.From, nil
 }
 
+// Digest is the sha256 (hex) of the init for goarch.
+func (p PrebuiltInits) Digest(goarch string) (string, error) {
+	b, err := fs.ReadFile(p.FS, PrebuiltInitName(goarch))
+	if err != nil {
+		return "", fmt.Errorf("initrd: init for %s %s: %w", goarch, p.From, err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
 // SourceInit builds the init with the go command: in the source tree the
 // builder runs in (FindSourceDir), else from this module at the version the
 // running program was built with (a builder from `go install
@@ -70,7 +82,7 @@ func (SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, e
 	if os.Getenv(SourceDirEnv) != "" {
 		return "", srcErr // asked for a tree that is not one: say so
 	}
-	version, err := ownVersion()
+	version, err := OwnVersion()
 	if err == nil {
 		err = BuildModuleInit(ctx, version, path, goarch)
 	}
@@ -80,9 +92,9 @@ func (SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, e
 	return "built from " + ModulePath + "@" + version, nil
 }
 
-// ownVersion is the version of this module the running program was built
+// OwnVersion is the version of this module the running program was built
 // with, if it is one the module proxy can serve.
-func ownVersion() (string, error) {
+func OwnVersion() (string, error) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "", errors.New("the program carries no build information")

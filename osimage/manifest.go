@@ -47,6 +47,10 @@ type BuildManifest struct {
 	// OCISources are the images the build took files from.
 	OCISources []OCISource `json:"ociSources,omitempty"`
 	Artifacts  []Artifact  `json:"artifacts"`
+	// InputKey is the digest of everything the build read (recipe, its
+	// files, the builder, the toolchain): a build with the same key and
+	// these artifacts unchanged has nothing to do.
+	InputKey string `json:"inputKey,omitempty"`
 }
 
 // Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is

@@ -72,13 +72,17 @@ func loadRecipe(path string, exclude []string) (*recipe.Recipe, error) {
 func newBuild(stdout, stderr io.Writer) *cobra.Command {
 	var opts builder.Options
 	var exclude []string
-	var asJSON bool
+	var asJSON, plan bool
 	c := &cobra.Command{
 		Use:   "build RECIPE",
 		Short: "Build a recipe's artifacts into an output directory",
-		Long: `Build runs the recipe's steps (bootstrap, sources, assemble, initrd,
-artifacts), reusing cached step outputs whose inputs are unchanged, and
-swaps the finished output directory into place in one rename.
+		Long: `Build runs the recipe's steps as a graph (bootstrap, go and oci sources,
+init, assemble, initrds, then the artifact writers), independent steps at
+once within --jobs, reusing cached step outputs whose inputs are
+unchanged, and swaps the finished output directory into place in one
+rename. When the output directory already holds this build's output
+(same input key, artifacts unchanged) it writes nothing. --plan prints
+the graph, each step's cache key and hit or miss, and runs nothing.
 
 The output directory must be new, empty or an earlier output of this
 builder (its manifest.json lists every file in it); anything else is
@@ -89,8 +93,27 @@ refused before the build starts, because the swap deletes what it held.`,
 			if err != nil {
 				return err
 			}
+			if opts.Jobs < 0 {
+				return usageError{fmt.Errorf("--jobs %d: want 1 or more (0: one per core)", opts.Jobs)}
+			}
+			if plan {
+				p, err := builder.PlanBuild(cmd.Context(), r, opts)
+				if errors.Is(err, builder.ErrOutputNotOurs) {
+					return usageError{err}
+				}
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return icli.WriteJSON(stdout, p)
+				}
+				return p.WriteText(stdout)
+			}
 			opts.Progress = stderr
 			opts.Init = Init
+			if asJSON {
+				opts.ProgressMode = builder.ModeJSON
+			}
 			m, err := builder.Build(cmd.Context(), r, opts)
 			if errors.Is(err, builder.ErrOutputNotOurs) {
 				return usageError{err}
@@ -116,7 +139,10 @@ refused before the build starts, because the swap deletes what it held.`,
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")
-	icli.JSONFlag(c, &asJSON)
+	f.BoolVar(&asJSON, "json", false, "progress as JSON lines on stderr, the manifest (or --plan) as JSON on stdout")
+	f.BoolVar(&plan, "plan", false, "print the step graph with cache keys and hits; build nothing")
+	f.IntVarP(&opts.Jobs, "jobs", "j", 0, "steps at once (a Go build or a squashfs write counts as one or more; default: one per core)")
+	f.BoolVar(&opts.Verify, "verify", false, "hash every artifact to decide that nothing changed (default: compare size, inode and change time)")
 	f.StringVar(&opts.SignKey, "sign-key", "", "PEM private key to sign UKIs for Secure Boot (see 'builder genkey')")
 	f.StringVar(&opts.SignCert, "sign-cert", "", "PEM certificate for --sign-key")
 	return c

@@ -1,0 +1,441 @@
+package builder
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+func loadTestRecipe(t testing.TB) *recipe.Recipe {
+	t.Helper()
+	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var hexKey = regexp.MustCompile(`\b[0-9a-f]{12,64}\b`)
+
+// TestPlanGolden: the test recipe's graph with an empty cache, keys
+// masked (they follow the source and the toolchain): which steps exist,
+// what each waits for, what it weighs, what can be keyed before anything
+// runs.
+func TestPlanGolden(t *testing.T) {
+	testutil.RequireTool(t, "go")
+	p, err := PlanBuild(context.Background(), loadTestRecipe(t), Options{
+		OutputDir: filepath.Join(t.TempDir(), "out"), CacheDir: t.TempDir(), Jobs: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Steps {
+		if (s.Cache == "miss") != (s.Key != "") {
+			t.Errorf("%s: cache %s with key %q: a step is keyed exactly when it is a hit or a miss", s.Step, s.Cache, s.Key)
+		}
+	}
+	var text bytes.Buffer
+	if err := p.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	got := hexKey.ReplaceAllString(text.String(), "<key>")
+	got = strings.ReplaceAll(got, p.Output, "<out>")
+	testutil.Golden(t, "testdata/plan-test.golden", []byte(got))
+	var js bytes.Buffer
+	if err := json.NewEncoder(&js).Encode(p); err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Steps) != len(p.Steps) {
+		t.Errorf("--plan --json does not read back: %v", err)
+	}
+}
+
+// parseEvents reads --json progress: every line an Event, states known,
+// each step started once and then done or failed once, counters sane.
+func parseEvents(t *testing.T, data []byte) map[string]Event {
+	t.Helper()
+	last := map[string]Event{}
+	started := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var e Event
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&e); err != nil {
+			t.Fatalf("progress line %q: %v", sc.Text(), err)
+		}
+		switch e.State {
+		case "log":
+			if e.Message == "" || e.Step != "" {
+				t.Errorf("log event %+v: want a message and no step", e)
+			}
+			continue
+		case "start":
+			if started[e.Step] {
+				t.Errorf("%s started twice", e.Step)
+			}
+			started[e.Step] = true
+		case "progress", "done", "failed":
+			if !started[e.Step] {
+				t.Errorf("%s: %s before start", e.Step, e.State)
+			}
+			if prev := last[e.Step]; prev.State == "done" || prev.State == "failed" {
+				t.Errorf("%s: %s after %s", e.Step, e.State, prev.State)
+			}
+		default:
+			t.Errorf("unknown state in %q", sc.Text())
+		}
+		if e.Step == "" || e.Elapsed < 0 || (e.Total > 0 && e.Done > e.Total) {
+			t.Errorf("malformed event %q", sc.Text())
+		}
+		last[e.Step] = e
+	}
+	for step, e := range last {
+		if e.State != "done" && e.State != "failed" {
+			t.Errorf("%s never finished (last %s)", step, e.State)
+		}
+	}
+	return last
+}
+
+// TestPlanMatchesBuildAndNothingChanged builds the test recipe with --json
+// progress, then plans it: every step the build ran or took from the cache
+// is a hit in the plan under the key the build reported, and the output is
+// up to date. A second build then writes nothing: no step starts and every
+// artifact keeps its inode and change time.
+func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs")
+	if testing.Short() {
+		t.Skip("builds an image")
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	opts := Options{OutputDir: out, CacheDir: sharedCacheDir(t), ProgressMode: ModeJSON}
+	var events bytes.Buffer
+	opts.Progress = &events
+	m, err := Build(context.Background(), loadTestRecipe(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := parseEvents(t, events.Bytes())
+	p, err := PlanBuild(context.Background(), loadTestRecipe(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.UpToDate || p.InputKey != m.InputKey || m.InputKey == "" {
+		t.Errorf("plan after the build: up to date %v, key %s; manifest key %s", p.UpToDate, p.InputKey, m.InputKey)
+	}
+	for _, s := range p.Steps {
+		e, ok := done[s.Step]
+		switch {
+		case !ok:
+			t.Errorf("%s is in the plan but the build never reported it", s.Step)
+		case e.State != "done":
+			t.Errorf("%s: %s", s.Step, e.State)
+		case s.Cache == "write":
+		case s.Cache != "hit" || s.Key != e.Key:
+			t.Errorf("%s: plan says %s %s, the build reported key %s", s.Step, s.Cache, s.Key, e.Key)
+		}
+	}
+
+	ids := map[string]sealedFile{}
+	for _, a := range m.Artifacts {
+		if ids[a.Path], err = identity(filepath.Join(out, a.Path)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events.Reset()
+	start := time.Now()
+	again, err := Build(context.Background(), loadTestRecipe(t), opts)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(events.String(), `"state":"start"`) || !strings.Contains(events.String(), "nothing changed") {
+		t.Errorf("a build with nothing changed ran steps:\n%s", events.String())
+	}
+	if again.InputKey != m.InputKey || len(again.Artifacts) != len(m.Artifacts) {
+		t.Errorf("the up-to-date build returned another manifest")
+	}
+	for _, a := range m.Artifacts {
+		if id, err := identity(filepath.Join(out, a.Path)); err != nil || id != ids[a.Path] {
+			t.Errorf("%s was rewritten (%+v, was %+v)", a.Path, id, ids[a.Path])
+		}
+	}
+	t.Logf("nothing changed: %v", took)
+}
+
+// fakeOutput writes an output directory with two artifacts and a manifest
+// under key, as a build would leave it, and seals it.
+func fakeOutput(t *testing.T, key string) (dir string, m osimage.BuildManifest) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "out")
+	os.Mkdir(dir, 0o755)
+	m = osimage.BuildManifest{Recipe: "test", InputKey: key}
+	for _, f := range []struct{ name, data string }{{"vmlinuz", "kernel"}, {"disk.raw", strings.Repeat("disk", 1000)}} {
+		p := testutil.WriteFile(t, dir, f.name, []byte(f.data))
+		d, _ := digestFile(p)
+		m.Artifacts = append(m.Artifacts, osimage.Artifact{Kind: "x", Path: f.name, Size: int64(len(f.data)), SHA256: d})
+	}
+	data, _ := json.Marshal(m)
+	testutil.WriteFile(t, dir, osimage.ManifestFile, data)
+	return dir, m
+}
+
+// TestUpToDate: the output counts as unchanged only with the same input
+// key and each artifact the same file (inode and change time, else its
+// hash); a same-size rewrite in place or a replaced file is a change.
+func TestUpToDate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, dir string)
+		key    string
+		verify bool
+		want   bool
+	}{
+		{name: "unchanged", want: true},
+		{name: "unchanged, verified", verify: true, want: true},
+		{name: "other key", key: "other"},
+		{name: "same size rewritten", change: func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "disk.raw"), []byte(strings.Repeat("DISK", 1000)), 0o644)
+		}},
+		{name: "same bytes rewritten (hashed, then resealed)", want: true, change: func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "disk.raw"), []byte(strings.Repeat("disk", 1000)), 0o644)
+		}},
+		{name: "replaced by a same-size file", change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte("kernex"))
+			os.Rename(p, filepath.Join(dir, "vmlinuz"))
+		}},
+		{name: "truncated", change: func(t *testing.T, dir string) {
+			os.Truncate(filepath.Join(dir, "disk.raw"), 10)
+		}},
+		{name: "missing", change: func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "vmlinuz"))
+		}},
+		{name: "manifest edited", change: func(t *testing.T, dir string) {
+			p := filepath.Join(dir, osimage.ManifestFile)
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, bytes.Replace(b, []byte(`"test"`), []byte(`"tesT"`), 1), 0o644)
+		}, want: true}, // the key and files still match: the hash says so
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := openStore(t)
+			dir, m := fakeOutput(t, "k1")
+			data, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+			abs, _ := filepath.Abs(dir)
+			if err := writeSeal(store, abs, data, m.Artifacts); err != nil {
+				t.Fatal(err)
+			}
+			if tc.change != nil {
+				time.Sleep(10 * time.Millisecond) // a ctime tick on coarse clocks
+				tc.change(t, dir)
+			}
+			key := "k1"
+			if tc.key != "" {
+				key = tc.key
+			}
+			got, ok, err := upToDate(dir, key, store, tc.verify, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != tc.want || (ok && got.InputKey != "k1") {
+				t.Errorf("upToDate = %v, want %v", ok, tc.want)
+			}
+			if ok {
+				b, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+				if !sealHolds(store, abs, b, got.Artifacts) {
+					t.Error("an output found unchanged is not sealed for the next check")
+				}
+			}
+		})
+	}
+}
+
+// TestFailingStepCancelsSiblings: a go source that cannot be downloaded
+// fails while mmdebstrap runs the bootstrap beside it. The bootstrap must be
+// stopped (not waited for: it takes minutes), leave no process behind, and
+// the previous output and the cache stay as they were.
+func TestFailingStepCancelsSiblings(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs")
+	if testing.Short() {
+		t.Skip("starts mmdebstrap")
+	}
+	cacheDir := t.TempDir()
+	old, _ := fakeOutput(t, "old")
+	before, _ := os.ReadFile(filepath.Join(old, osimage.ManifestFile))
+	r := loadTestRecipe(t)
+	r.Resolved[0].Go = append(r.Resolved[0].Go, recipe.GoBuild{
+		Module: "example.invalid/osb/none", Version: "v0.0.1", Package: ".", Binary: "/usr/local/bin/none",
+	})
+	// The module proxy answers "not found" only after a while, so the
+	// failure comes while mmdebstrap is well under way.
+	const late = 15 * time.Second
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-time.After(late):
+		case <-req.Context().Done():
+		}
+		http.NotFound(w, req)
+	}))
+	defer proxy.Close()
+	t.Setenv("GOPROXY", proxy.URL)
+	t.Setenv("GONOSUMDB", "example.invalid")
+	var log bytes.Buffer
+	start := time.Now()
+	_, err := Build(context.Background(), r, Options{OutputDir: old, CacheDir: cacheDir, Jobs: 2, Progress: &log, ProgressMode: ModePlain})
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "go:example.invalid/osb/none@v0.0.1: layer test-hello") {
+		t.Fatalf("build = %v, want the go step's failure", err)
+	}
+	if !strings.Contains(log.String(), "bootstrap: start") {
+		t.Fatalf("the bootstrap did not run beside the failing step:\n%s", log.String())
+	}
+	if took > late+time.Minute {
+		t.Errorf("the build took %v: it waited for the bootstrap instead of cancelling it", took)
+	}
+	after, _ := os.ReadFile(filepath.Join(old, osimage.ManifestFile))
+	if !bytes.Equal(before, after) {
+		t.Error("the failed build changed the previous output")
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(old), ".out.staging-*")); len(left) > 0 {
+		t.Errorf("staging left behind: %v", left)
+	}
+	cached, lerr := openStoreAt(t, cacheDir).List()
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	for _, e := range cached {
+		if e.Step == "bootstrap" {
+			t.Errorf("the cancelled bootstrap left a cache entry %s", e.Key)
+		}
+	}
+	// No mmdebstrap of this build survives it.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte("mmdebstrap")) && bytes.Contains(b, []byte(cacheDir)) {
+			pid := filepath.Base(filepath.Dir(p))
+			t.Errorf("mmdebstrap (pid %s) still runs after the build returned", pid)
+			syscall.Kill(atoi(pid), syscall.SIGKILL)
+		}
+	}
+	t.Logf("failed after %v: %v\n%s", took, err, log.String())
+}
+
+func openStore(t *testing.T) *cache.Store { return openStoreAt(t, t.TempDir()) }
+
+func openStoreAt(t *testing.T, dir string) *cache.Store {
+	t.Helper()
+	s, err := cache.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestDpkgCounter follows mmdebstrap --verbose through the shape of a real
+// bootstrap's apt and dpkg lines: apt downloads every package, dpkg
+// unpacks and configures the essential set, a second apt run the rest.
+func TestDpkgCounter(t *testing.T) {
+	steps := []struct {
+		line        string
+		done, total int64
+	}{
+		{"Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]", 0, 0},
+		{"0 upgraded, 5 newly installed, 0 to remove and 0 not upgraded.", 0, 5},
+		{"Get:1 http://deb.debian.org/debian bookworm/main amd64 libc6 amd64 2.36-9 [2757 kB]", 0, 5},
+		{"Get:2 http://deb.debian.org/debian bookworm/main amd64 base-files amd64 12.4 [70.8 kB]", 0, 5},
+		{"Get:3 http://deb.debian.org/debian bookworm/main amd64 dpkg amd64 1.21.22 [1554 kB]", 1, 5},
+		{"Get:4 http://deb.debian.org/debian bookworm/main amd64 kmod amd64 30 [93 kB]", 1, 5},
+		{"Get:5 http://deb.debian.org/debian bookworm/main amd64 udev amd64 252 [1700 kB]", 1, 5},
+		{"Unpacking libc6:amd64 (2.36-9) ...", 2, 5},
+		{"Unpacking base-files (12.4) ...", 2, 5},
+		{"Unpacking dpkg (1.21.22) ...", 2, 5},
+		{"Setting up libc6:amd64 (2.36-9) ...", 3, 5},
+		{"Setting up base-files (12.4) ...", 3, 5},
+		{"Setting up dpkg (1.21.22) ...", 3, 5},
+		{"0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.", 3, 5},
+		{"Unpacking kmod (30) ...", 4, 5},
+		{"Setting up kmod (30) ...", 4, 5},
+		{"Unpacking udev (252) ...", 4, 5},
+		{"Setting up udev (252) ...", 5, 5},
+	}
+	var c dpkgCounter
+	var done, total int64
+	for _, s := range steps {
+		c.count(s.line, &done, &total)
+		if done != s.done || total != s.total {
+			t.Errorf("after %q: %d of %d, want %d of %d", s.line, done, total, s.done, s.total)
+		}
+	}
+}
+
+// FuzzDpkgProgress: mmdebstrap's output is outside bytes; whatever it
+// prints, progress never runs past its total nor backwards.
+func FuzzDpkgProgress(f *testing.F) {
+	f.Add([]byte("0 upgraded, 2 newly installed, 0 to remove\nGet:1 x\nUnpacking a\nSetting up a\nSetting up b\nSetting up c\n"))
+	f.Add([]byte("99999999999999999999 upgraded, 99999999999999999999 newly installed\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := &dpkgCounter{}
+		lc := &lineCounter{ctx: context.Background(), unit: "packages", count: c.count}
+		var last int64
+		for chunk := range slices.Chunk(data, 7) {
+			lc.Write(chunk)
+			if lc.done < last || (lc.total > 0 && lc.done > lc.total) || lc.done < 0 {
+				t.Fatalf("progress %d of %d after %d", lc.done, lc.total, last)
+			}
+			last = lc.done
+		}
+	})
+}
+
+// FuzzSeal: a seal file is read back from the cache directory; whatever it
+// holds, it must not pass for an output it does not describe.
+func FuzzSeal(f *testing.F) {
+	f.Add([]byte(`{"output":"/x","manifest":"00","files":[{"path":"vmlinuz","size":6}]}`))
+	f.Add([]byte(`{"files":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		store := openStore(t)
+		dir, m := fakeOutput(t, "k")
+		abs, _ := filepath.Abs(dir)
+		manifest, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+		p := sealPath(store, abs)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, data, 0o644)
+		if !sealHolds(store, abs, manifest, m.Artifacts) {
+			return
+		}
+		// Accepted: then it names exactly these files as they are.
+		for i, a := range m.Artifacts {
+			var s seal
+			json.Unmarshal(data, &s)
+			if id, _ := identity(filepath.Join(abs, a.Path)); s.Files[i] != id {
+				t.Fatalf("seal accepted for %s with %+v, file is %+v", a.Path, s.Files[i], id)
+			}
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ironcore-dev/os-builder/builder/graph"
+	"github.com/ironcore-dev/os-builder/recipe"
+)
+
+// Plan is a build's graph as `builder build --plan` shows it, without
+// running a step.
+type Plan struct {
+	Recipe string `json:"recipe"`
+	Output string `json:"output"`
+	// InputKey is the build's input key; UpToDate: the output directory
+	// already holds this build's output, so a build would write nothing.
+	InputKey string     `json:"inputKey"`
+	UpToDate bool       `json:"upToDate"`
+	Steps    []PlanStep `json:"steps"`
+}
+
+// PlanStep is one step of a Plan.
+type PlanStep struct {
+	Step string   `json:"step"`
+	Deps []string `json:"deps"`
+	// Key is the step's cache key, "" while it depends on the output of a
+	// step that has to run first.
+	Key string `json:"key,omitempty"`
+	// Cache is hit, miss, pending (the key needs the output of a step that
+	// misses), write (an artifact writer: always runs) or no-cache.
+	Cache  string `json:"cache"`
+	Jobs   int    `json:"jobs"`
+	MemMiB int    `json:"memMiB"`
+}
+
+// PlanBuild works out the build's graph, each step's cache key and whether
+// the cache holds it: the key of a step that reads another's output is
+// computed from the cached output. Nothing is built or written.
+func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, error) {
+	opts.Progress = nil
+	b, store, err := newBuild(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer b.log.Close()
+	if b.pinned, err = PinSources(ctx, r, b.opts.Locked, b.log.Infof); err != nil {
+		return nil, err
+	}
+	if b.key, err = b.inputKey(); err != nil {
+		return nil, err
+	}
+	p := &Plan{Recipe: r.Name, Output: b.opts.OutputDir, InputKey: b.key}
+	if !b.opts.NoCache {
+		if _, p.UpToDate, err = upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify, false); err != nil {
+			return nil, err
+		}
+	}
+	f := &flow{art: b.artifactInputs()}
+	ns := b.nodes(f, "")
+	g := graph.New()
+	byName := map[string]node{}
+	for _, n := range ns {
+		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps}); err != nil {
+			return nil, err
+		}
+		byName[n.name] = n
+	}
+	order, err := g.Order()
+	if err != nil {
+		return nil, err
+	}
+	resolved := map[string]bool{}
+	for _, gn := range order {
+		n := byName[gn.Name]
+		ps := PlanStep{Step: n.name, Deps: append([]string{}, n.deps...), Jobs: max(n.jobs, 1), MemMiB: n.mem}
+		ready := true
+		for _, d := range n.deps {
+			ready = ready && resolved[d]
+		}
+		switch {
+		case n.writer != nil:
+			ps.Cache = "write"
+		case !ready:
+			ps.Cache = "pending"
+		default:
+			s, err := n.make()
+			if err != nil {
+				return nil, err
+			}
+			in, err := s.Inputs()
+			if err != nil {
+				return nil, fmt.Errorf("%s: inputs: %w", n.name, err)
+			}
+			ps.Key = in.Key()
+			dir, hit := store.Lookup(ps.Key)
+			switch {
+			case b.opts.NoCache:
+				ps.Cache = "no-cache"
+			case hit:
+				if err := n.use(dir); err != nil {
+					return nil, fmt.Errorf("%s: %w", n.name, err)
+				}
+				ps.Cache, resolved[n.name] = "hit", true
+			default:
+				ps.Cache = "miss"
+			}
+		}
+		p.Steps = append(p.Steps, ps)
+	}
+	return p, nil
+}
+
+// WriteText prints the plan as a table.
+func (p *Plan) WriteText(w io.Writer) error {
+	state := "runs"
+	if p.UpToDate {
+		state = "up to date: nothing to do"
+	}
+	fmt.Fprintf(w, "recipe %s -> %s (input key %.12s, %s)\n", p.Recipe, p.Output, p.InputKey, state)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tCACHE\tKEY\tJOBS\tMEM\tDEPS")
+	for _, s := range p.Steps {
+		key := s.Key
+		if len(key) > 16 {
+			key = key[:16] // --json has it whole
+		}
+		if key == "" {
+			key = "-"
+		}
+		deps := strings.Join(s.Deps, ",")
+		if deps == "" {
+			deps = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%dM\t%s\n", s.Step, s.Cache, key, s.Jobs, s.MemMiB, deps)
+	}
+	return tw.Flush()
+}
