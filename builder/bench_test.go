@@ -147,10 +147,7 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 // cache.
 func BenchmarkNothingChanged(b *testing.B) {
 	requireTools(b, "mmdebstrap", "mksquashfs")
-	cacheDir := os.Getenv("OSB_CACHE_DIR")
-	if cacheDir == "" {
-		cacheDir = filepath.Join(os.TempDir(), "os-builder-test-cache")
-	}
+	cacheDir := DefaultCacheDir()
 	for _, tc := range []struct {
 		name, recipe, outEnv string
 		exclude              []string
