@@ -89,8 +89,8 @@ type Options struct {
 	// reproducible.
 	SourceDateEpoch int64
 	// Signer and Certificate, when set, sign the image (Authenticode) while
-	// it is written, giving the same bytes as Sign on the unsigned image.
-	// An RSA Signer also signs the image's PCR 11 values (measured boot):
+	// it is written, giving the same bytes as Sign on the unsigned image
+	// (with the same Sections). An RSA Signer also signs the image's PCR 11 values (measured boot):
 	// .pcrpkey and .pcrsig are added after Sections when the stub measures
 	// (systemd 252 and later) and Sections holds neither.
 	Signer      crypto.Signer

@@ -202,3 +202,14 @@ func TestPCRSectionsOnlyWithRSAKey(t *testing.T) {
 		t.Errorf(".pcrsig %s: %v", sig, err)
 	}
 }
+
+// FuzzPredictPCR11: any bytes give an error or a value, never a panic.
+func FuzzPredictPCR11(f *testing.F) {
+	if stub, err := os.ReadFile(hostStubPath); err == nil {
+		f.Add(stub)
+	}
+	f.Add([]byte("MZ"))
+	f.Fuzz(func(t *testing.T, pe []byte) {
+		PredictPCR11(pe, "enter-initrd")
+	})
+}
