@@ -318,6 +318,7 @@ func (b *build) manifest(arts []osimage.Artifact, art *artifactInputs, bootDir, 
 		ExcludedLayers:  b.r.Exclude,
 		Packages:        pkgs,
 		Artifacts:       arts,
+		SecureBoot:      art.secureBoot(arts),
 	}, nil
 }
 

@@ -36,6 +36,42 @@ type BuildManifest struct {
 	// Packages maps each installed Debian package to its version.
 	Packages  map[string]string `json:"packages,omitempty"`
 	Artifacts []Artifact        `json:"artifacts"`
+	// SecureBoot says whether the UKI-bearing artifacts (uki.efi, disk.raw,
+	// image.iso) are signed; nil when the build made none of them.
+	SecureBoot *SecureBoot `json:"secureBoot,omitempty"`
+}
+
+// SecureBoot is how a build signed its UKIs.
+type SecureBoot struct {
+	// Signed: Authenticode-signed (--sign-key); false means firmware that
+	// enforces Secure Boot refuses them.
+	Signed bool `json:"signed"`
+	// Certificate is the signing certificate's subject, CertificateSHA256
+	// the SHA-256 of its DER: the entry firmware's db must hold.
+	Certificate       string `json:"certificate,omitempty"`
+	CertificateSHA256 string `json:"certificateSHA256,omitempty"`
+	// PCRSignature: the UKIs carry .pcrsig and .pcrpkey (PCR 11 measured
+	// boot; RSA keys only).
+	PCRSignature bool `json:"pcrSignature"`
+}
+
+// String is the one-line form used in the OCI annotation and by inspect:
+// "unsigned", or "signed" with the certificate fingerprint.
+func (s *SecureBoot) String() string {
+	switch {
+	case s == nil:
+		return ""
+	case !s.Signed:
+		return "unsigned"
+	}
+	v := "signed"
+	if s.CertificateSHA256 != "" {
+		v += " sha256:" + s.CertificateSHA256
+	}
+	if s.PCRSignature {
+		v += " pcrsig"
+	}
+	return v
 }
 
 // Artifact is one file of an output directory.

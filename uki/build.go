@@ -316,7 +316,7 @@ func layout(opts Options) (*plan, error) {
 	for _, s := range opts.Sections {
 		adds = append(adds, newSection{s.Name, s.Data})
 	}
-	if key, ok := opts.Signer.(*rsa.PrivateKey); ok && measuredSections(stubVersion(stub)) != nil {
+	if key, ok := opts.Signer.(*rsa.PrivateKey); ok && SignsPCR(opts.Stub, key) {
 		sections := map[string][]byte{SectionInitrd: opts.Initrd, SectionLinux: opts.Kernel}
 		for _, a := range adds {
 			sections[a.name] = a.data

@@ -52,6 +52,17 @@ var DefaultPCRPhases = []string{
 	"enter-initrd:leave-initrd:sysinit:ready",
 }
 
+// SignsPCR reports whether a UKI built on stub and signed by signer
+// carries .pcrsig and .pcrpkey: the signer is RSA (what systemd verifies)
+// and the stub measures (systemd 252 and later).
+func SignsPCR(stub []byte, signer crypto.Signer) bool {
+	if _, ok := signer.(*rsa.PrivateKey); !ok {
+		return false
+	}
+	p, err := parsePE(stub)
+	return err == nil && measuredSections(stubVersion(p)) != nil
+}
+
 // measuredSections returns the sections a stub of systemd version v
 // measures, in order; nil for stubs that measure nothing.
 func measuredSections(v int) []string {
