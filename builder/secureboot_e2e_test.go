@@ -149,3 +149,23 @@ func TestSecureBootHTTPMeasured(t *testing.T) {
 		t.Errorf("PCR 11 in the guest is %s, predicted %x (stub + sysinit + ready)", m[1], want)
 	}
 }
+
+// TestSecureBootRefusesUnsignedImage: the same image built without a key
+// (out/test) is refused by the firmware that boots the signed one
+// (TestSecureBootDisk is the control); the boot ends at the refusal.
+func TestSecureBootRefusesUnsignedImage(t *testing.T) {
+	_, vars := signedOutput(t)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), fileDisk), disk); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	vm := qemu.StartT(t, ctx, qemu.Config{
+		UEFI: true, SecureBoot: true, Vars: vars, Disks: []string{disk}, MemoryMB: 1024, NoReboot: true,
+		FailureMarkers: []string{"EFI stub:", "Linux version", "osb-init:"},
+	})
+	if _, err := vm.WaitFor(ctx, "Access Denied"); err != nil {
+		t.Fatal(err)
+	}
+}
