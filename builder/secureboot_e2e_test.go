@@ -2,6 +2,8 @@ package builder
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -147,6 +150,19 @@ func TestSecureBootHTTPMeasured(t *testing.T) {
 	}
 	if m[1] != fmt.Sprintf("%x", want) {
 		t.Errorf("PCR 11 in the guest is %s, predicted %x (stub + sysinit + ready)", m[1], want)
+	}
+	// The UKI's .pcrsig signs a policy for exactly that value.
+	sigs, err := uki.SectionData(testutil.ReadFile(t, ukiPath), uki.SectionPCRSig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string][]uki.PCRSignature
+	if err := json.Unmarshal(sigs, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pol := uki.PolicyPCR11(want)
+	if !slices.ContainsFunc(doc["sha256"], func(s uki.PCRSignature) bool { return s.Policy == hex.EncodeToString(pol[:]) }) {
+		t.Errorf(".pcrsig signs no policy for the PCR 11 the guest reached: %s", sigs)
 	}
 }
 

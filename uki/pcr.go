@@ -43,13 +43,17 @@ var (
 )
 
 // DefaultPCRPhases are the boot phases .pcrsig signs the PCR 11 values
-// of, as systemd-measure does by default: a systemd initrd, then the
-// system after switch-root. Phases are ':'-separated phase words.
+// of. Phases are ':'-separated phase words. The first four are
+// systemd-measure's defaults (a systemd initrd, then the system after
+// switch-root); the last two are what our own init's boots reach, since it
+// extends no initrd phases before systemd's sysinit and ready.
 var DefaultPCRPhases = []string{
 	"enter-initrd",
 	"enter-initrd:leave-initrd",
 	"enter-initrd:leave-initrd:sysinit",
 	"enter-initrd:leave-initrd:sysinit:ready",
+	"sysinit",
+	"sysinit:ready",
 }
 
 // SignsPCR reports whether a UKI built on stub and signed by signer
@@ -160,6 +164,10 @@ const (
 	tpmCCPolicyPCR = 0x0000017f
 	tpmAlgSHA256   = 0x000b
 )
+
+// PolicyPCR11 is the TPM2 policy digest .pcrsig's "pol" holds for PCR 11
+// (SHA-256 bank) holding value.
+func PolicyPCR11(value [32]byte) [32]byte { return policyPCR(value) }
 
 // policyPCR is the TPM2 policy digest of one PolicyPCR assertion over
 // PCR 11 (SHA-256 bank) holding value, starting from the empty policy:
