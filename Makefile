@@ -10,7 +10,8 @@ export PATH := /usr/local/go/bin:$(PATH)
 HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
 	mtools xorriso dosfstools binutils systemd ca-certificates git e2fsprogs \
-	cryptsetup-bin bcache-tools lvm2
+	cryptsetup-bin bcache-tools lvm2 swtpm swtpm-tools libtss2-tcti-swtpm0 \
+	libtss2-esys-3.0.2-0 libtss2-rc0 libtss2-mu0
 
 .PHONY: setup build builder test bench fuzz hypervisor test-image vet fmt-check clean
 
@@ -37,9 +38,13 @@ builder: ## build bin/builder (with its init), bin/serverboot, bin/redfish-emula
 # machine cannot reach: it is left out visibly, and the manifest says so.
 HYPERVISOR_FLAGS ?= --exclude-layer dpservice
 
-# --locked: CI builds exactly what the committed locks pin.
+# --locked: CI builds exactly what the committed locks pin. The test image
+# again, signed with a test key: what the Secure Boot boots enroll and boot
+# (only the UKI-bearing artifacts are made anew).
 test-image: setup builder
 	bin/builder build recipes/test.yaml --locked --output out/test
+	test -e out/keys/db.crt || bin/builder genkey out/keys
+	bin/builder build recipes/test.yaml --locked --output out/test-signed --sign-key out/keys/db.key --sign-cert out/keys/db.crt
 	bin/builder build recipes/hypervisor.yaml $(HYPERVISOR_FLAGS) --locked --output out/hypervisor
 
 # integrations/metal-operator is a module of its own (Kubernetes stays out
@@ -55,6 +60,7 @@ fmt-check:
 
 test: setup fmt-check vet test-image ## everything CI runs
 	OSB_TEST_OUTPUT=$(CURDIR)/out/test OSB_HYPERVISOR_OUTPUT=$(CURDIR)/out/hypervisor \
+		OSB_TEST_SIGNED_OUTPUT=$(CURDIR)/out/test-signed OSB_TEST_SIGN_CERT=$(CURDIR)/out/keys/db.crt \
 		$(GO) test -timeout 80m ./...
 	$(METAL_OPERATOR) $(GO) test -timeout 10m ./...
 	FUZZTIME=$(FUZZTIME) ci/fuzz.sh

@@ -560,6 +560,7 @@ func (b *build) manifest(arts []osimage.Artifact, f *flow) (*osimage.BuildManife
 		GoPrograms:      progs,
 		OCISources:      ociSources(b.r),
 		Artifacts:       arts,
+		SecureBoot:      art.secureBoot(arts),
 	}, nil
 }
 

@@ -87,6 +87,9 @@ const (
 	AnnotationOSReleasePrefix = "org.ironcore.image.os-release."
 	// AnnotationExcludedLayers: comma-separated layers left out of this build.
 	AnnotationExcludedLayers = "org.ironcore.image.excluded-layers"
+	// AnnotationSecureBoot: "unsigned", or "signed sha256:CERT [pcrsig]"
+	// (SecureBoot.String) for images with UKI-bearing artifacts.
+	AnnotationSecureBoot = "org.ironcore.image.secureboot"
 
 	// AnnotationArtifactBoot (layer-level): the BootMethod this artifact serves.
 	AnnotationArtifactBoot = "org.ironcore.image.artifact.boot"

@@ -280,6 +280,7 @@ func manifestAnnotations(m *BuildManifest, methods []BootMethod, def BootMethod,
 	set(AnnotationRecipe, m.Recipe)
 	set(AnnotationRecipeVersion, m.Version)
 	set(AnnotationExcludedLayers, strings.Join(m.ExcludedLayers, ","))
+	set(AnnotationSecureBoot, m.SecureBoot.String())
 	for k, v := range m.OSRelease {
 		switch lk := strings.ToLower(k); lk {
 		case "id", "version_id", "version_codename", "pretty_name":

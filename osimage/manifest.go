@@ -51,6 +51,9 @@ type BuildManifest struct {
 	// files, the builder, the toolchain): a build with the same key and
 	// these artifacts unchanged has nothing to do.
 	InputKey string `json:"inputKey,omitempty"`
+	// SecureBoot says whether the UKI-bearing artifacts (uki.efi, disk.raw,
+	// image.iso) are signed; nil when the build made none of them.
+	SecureBoot *SecureBoot `json:"secureBoot,omitempty"`
 }
 
 // Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is
@@ -98,6 +101,39 @@ type GoModule struct {
 type OCISource struct {
 	Image string   `json:"image"`
 	Paths []string `json:"paths"`
+}
+
+// SecureBoot is how a build signed its UKIs.
+type SecureBoot struct {
+	// Signed: Authenticode-signed (--sign-key); false means firmware that
+	// enforces Secure Boot refuses them.
+	Signed bool `json:"signed"`
+	// Certificate is the signing certificate's subject, CertificateSHA256
+	// the SHA-256 of its DER: the entry firmware's db must hold.
+	Certificate       string `json:"certificate,omitempty"`
+	CertificateSHA256 string `json:"certificateSHA256,omitempty"`
+	// PCRSignature: the UKIs carry .pcrsig and .pcrpkey (PCR 11 measured
+	// boot; RSA keys only).
+	PCRSignature bool `json:"pcrSignature"`
+}
+
+// String is the one-line form used in the OCI annotation and by inspect:
+// "unsigned", or "signed" with the certificate fingerprint.
+func (s *SecureBoot) String() string {
+	switch {
+	case s == nil:
+		return ""
+	case !s.Signed:
+		return "unsigned"
+	}
+	v := "signed"
+	if s.CertificateSHA256 != "" {
+		v += " sha256:" + s.CertificateSHA256
+	}
+	if s.PCRSignature {
+		v += " pcrsig"
+	}
+	return v
 }
 
 // Artifact is one file of an output directory.

@@ -26,6 +26,9 @@ type BootIdentity struct {
 	ArtifactType string
 	// Created is the org.opencontainers.image.created annotation (RFC 3339).
 	Created string
+	// SecureBoot is the AnnotationSecureBoot value; empty for images
+	// without UKIs or built before it existed.
+	SecureBoot string
 
 	artifacts map[ArtifactKind]v1.Descriptor
 }
@@ -48,6 +51,7 @@ func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 		Recipe:       mf.Annotations[AnnotationRecipe],
 		Version:      mf.Annotations[AnnotationRecipeVersion],
 		Created:      mf.Annotations[AnnotationCreated],
+		SecureBoot:   mf.Annotations[AnnotationSecureBoot],
 		ArtifactType: mf.ArtifactType,
 	}
 	present := map[ArtifactKind]bool{}

@@ -34,6 +34,7 @@ type InspectedManifest struct {
 	DefaultBoot  osimage.BootMethod    `json:"defaultBoot,omitempty"`
 	InstallModes []osimage.InstallMode `json:"installModes"`
 	Cmdline      string                `json:"cmdline,omitempty"`
+	SecureBoot   string                `json:"secureBoot,omitempty"`
 	Layers       []InspectedLayer      `json:"layers"`
 }
 
@@ -74,6 +75,7 @@ func Inspect(ctx context.Context, ref string, opts Options) (*Inspection, error)
 			DefaultBoot:  id.Default,
 			InstallModes: id.InstallModes,
 			Cmdline:      id.Cmdline,
+			SecureBoot:   id.SecureBoot,
 			Layers:       []InspectedLayer{},
 		}
 		if pl := p.desc.Platform; pl != nil {
@@ -135,6 +137,9 @@ func WriteInspection(w io.Writer, ins *Inspection, asJSON bool) error {
 		}
 		fmt.Fprintf(tw, "  Install modes:\t%s\n", orDash(strings.Join(modes, ", ")))
 		fmt.Fprintf(tw, "  Cmdline:\t%s\n", orDash(m.Cmdline))
+		if m.SecureBoot != "" {
+			fmt.Fprintf(tw, "  Secure Boot:\t%s\n", m.SecureBoot)
+		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ func TestLoadRealTestRecipe(t *testing.T) {
 	if r.Name != "test" || r.Base.Release != "bookworm" || r.Base.Architecture != "amd64" {
 		t.Errorf("got name %q release %q arch %q", r.Name, r.Base.Release, r.Base.Architecture)
 	}
-	wantPkgs := []string{"kmod", "linux-image-amd64", "systemd-sysv", "udev"}
+	wantPkgs := []string{"kmod", "linux-image-amd64", "systemd-sysv", "tpm2-tools", "udev"}
 	if got := r.Packages(); !slices.Equal(got, wantPkgs) {
 		t.Errorf("Packages() = %v, want %v", got, wantPkgs)
 	}

@@ -20,16 +20,20 @@ const (
 	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
-// testKernel finds a real kernel: $OSB_TEST_KERNEL, else one in the
-// development root file system.
+// testKernel finds a real kernel: $OSB_TEST_KERNEL, else the test image's
+// (vmlinuz in $OSB_TEST_OUTPUT), else one in the development root file
+// system.
 func testKernel(t *testing.T) string {
 	t.Helper()
 	if k := os.Getenv("OSB_TEST_KERNEL"); k != "" {
 		return k
 	}
+	if out := os.Getenv(testutil.TestOutputEnv); out != "" {
+		return filepath.Join(out, "vmlinuz")
+	}
 	matches, _ := filepath.Glob("/var/tmp/osb-dev/rootfs/boot/vmlinuz-*")
 	if len(matches) == 0 {
-		t.Skip("no kernel: set OSB_TEST_KERNEL to a bzImage")
+		testutil.Missing(t, "no kernel: set OSB_TEST_KERNEL to a bzImage or %s to a test image output", testutil.TestOutputEnv)
 	}
 	return matches[len(matches)-1]
 }

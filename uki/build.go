@@ -26,6 +26,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
@@ -88,9 +89,15 @@ type Options struct {
 	// reproducible.
 	SourceDateEpoch int64
 	// Signer and Certificate, when set, sign the image (Authenticode) while
-	// it is written, giving the same bytes as Sign on the unsigned image.
+	// it is written, giving the same bytes as Sign on the unsigned image
+	// (with the same Sections). An RSA Signer also signs the image's PCR 11 values (measured boot):
+	// .pcrpkey and .pcrsig are added after Sections when the stub measures
+	// (systemd 252 and later) and Sections holds neither.
 	Signer      crypto.Signer
 	Certificate *x509.Certificate
+	// PCRPhases are the boot phases .pcrsig covers; nil means
+	// DefaultPCRPhases.
+	PCRPhases []string
 }
 
 // region is a piece of the output after the headers: data followed by
@@ -308,6 +315,24 @@ func layout(opts Options) (*plan, error) {
 	add(SectionSBAT, []byte(mergeSBAT(stub, opts)))
 	for _, s := range opts.Sections {
 		adds = append(adds, newSection{s.Name, s.Data})
+	}
+	if key, ok := opts.Signer.(*rsa.PrivateKey); ok && SignsPCR(opts.Stub, key) {
+		sections := map[string][]byte{SectionInitrd: opts.Initrd, SectionLinux: opts.Kernel}
+		for _, a := range adds {
+			sections[a.name] = a.data
+		}
+		if sections[SectionPCRPKey] == nil && sections[SectionPCRSig] == nil {
+			phases := opts.PCRPhases
+			if phases == nil {
+				phases = DefaultPCRPhases
+			}
+			pkey, sig, err := pcrSections(stubVersion(stub), key, sections, phases)
+			if err != nil {
+				return nil, fmt.Errorf("uki: %w", err)
+			}
+			add(SectionPCRPKey, pkey)
+			add(SectionPCRSig, sig)
+		}
 	}
 	add(SectionInitrd, opts.Initrd)
 	add(SectionLinux, opts.Kernel)

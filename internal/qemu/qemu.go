@@ -44,6 +44,16 @@ type Config struct {
 	// UEFI boots through OVMF (code read-only, a private copy of the vars);
 	// otherwise through SeaBIOS.
 	UEFI bool
+	// SecureBoot runs OVMF's Secure Boot build (OVMFCodeSecureBoot) on an
+	// SMM machine with its flash guarded, as a server's firmware is. It
+	// enforces only with keys enrolled in Vars (EnrollSecureBoot).
+	SecureBoot bool
+	// Vars is the variable store the VM gets a private copy of, e.g. one
+	// with Secure Boot keys enrolled; empty means OVMFVars.
+	Vars string
+	// TPMSocket attaches a TPM 2.0 (TIS) backed by the swtpm listening on
+	// this control socket (StartTPM).
+	TPMSocket string
 	// Disks are raw images attached as virtio disks, in order.
 	Disks []string
 	// DiskSerials are the virtio serials of Disks, by index (missing or
@@ -137,8 +147,12 @@ func (cfg *Config) Args(varsFile string) []string {
 	if cpus == 0 {
 		cpus = 1
 	}
+	machine := "q35,accel=tcg"
+	if cfg.SecureBoot {
+		machine = "q35,smm=on,accel=tcg"
+	}
 	args := []string{
-		"-machine", "q35,accel=tcg",
+		"-machine", machine,
 		"-m", fmt.Sprint(mem),
 		"-smp", fmt.Sprint(cpus),
 		"-display", "none",
@@ -155,10 +169,23 @@ func (cfg *Config) Args(varsFile string) []string {
 		args = append(args, "-S")
 	}
 	if cfg.UEFI {
+		code := OVMFCode
+		if cfg.SecureBoot {
+			// Only SMM code may write the flash: the OS cannot rewrite
+			// the key variables behind the firmware's back.
+			code = OVMFCodeSecureBoot
+			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
 		args = append(args,
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
 			"-drive", "if=pflash,format=raw,unit=1,file="+varsFile,
 		)
+	}
+	if cfg.TPMSocket != "" {
+		args = append(args,
+			"-chardev", "socket,id=chrtpm,path="+cfg.TPMSocket,
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-tis,tpmdev=tpm0")
 	}
 	if cfg.Kernel != "" {
 		args = append(args, "-kernel", cfg.Kernel)
@@ -256,7 +283,11 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	varsFile := filepath.Join(tmp, "OVMF_VARS.fd")
 	if cfg.UEFI {
-		if err := copyFile(OVMFVars, varsFile); err != nil {
+		template := OVMFVars
+		if cfg.Vars != "" {
+			template = cfg.Vars
+		}
+		if err := copyFile(template, varsFile); err != nil {
 			os.RemoveAll(tmp)
 			return nil, fmt.Errorf("qemu: copy OVMF vars: %w", err)
 		}

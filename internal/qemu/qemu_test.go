@@ -161,3 +161,22 @@ func TestStripANSI(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsSecureBootTPM: Secure Boot runs the enforcing firmware on an
+// SMM machine with guarded flash; a TPM socket adds a TIS TPM.
+func TestArgsSecureBootTPM(t *testing.T) {
+	got := strings.Join((&Config{UEFI: true, SecureBoot: true, TPMSocket: "/run/tpm.sock"}).Args("/tmp/vars.fd"), " ")
+	for _, want := range []string{
+		"-machine q35,smm=on,accel=tcg",
+		"-global driver=cfi.pflash01,property=secure,value=on",
+		"if=pflash,format=raw,unit=0,readonly=on,file=" + OVMFCodeSecureBoot,
+		"-chardev socket,id=chrtpm,path=/run/tpm.sock -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if plain := strings.Join((&Config{UEFI: true}).Args("/v"), " "); strings.Contains(plain, "smm=on") || strings.Contains(plain, "secboot") || strings.Contains(plain, "tpm") {
+		t.Errorf("plain UEFI args changed: %s", plain)
+	}
+}

@@ -12,6 +12,10 @@ const (
 	TestOutputEnv = "OSB_TEST_OUTPUT"
 	// HypervisorOutputEnv names recipes/hypervisor.yaml's output directory.
 	HypervisorOutputEnv = "OSB_HYPERVISOR_OUTPUT"
+	// SignedTestOutputEnv names recipes/test.yaml's output signed for
+	// Secure Boot, SignCertEnv the certificate of its key (to enroll).
+	SignedTestOutputEnv = "OSB_TEST_SIGNED_OUTPUT"
+	SignCertEnv         = "OSB_TEST_SIGN_CERT"
 )
 
 // Output returns the build output directory named by env, or stops the

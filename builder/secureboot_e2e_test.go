@@ -1,0 +1,187 @@
+package builder
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/uki"
+)
+
+// The test image's boot report on Secure Boot and PCR 11
+// (recipes/layers/files/ironcore/boot-report).
+const secureBootEnabled = "osb-boot-report: secure boot: enabled"
+
+var pcr11Report = regexp.MustCompile(`osb-boot-report: secure boot: \w+; pcr11: ([0-9a-f]{64})`)
+
+// signedOutput is the test image built with --sign-key (make test-image)
+// and an OVMF variable store with its certificate enrolled as PK, KEK and
+// db, Secure Boot on.
+func signedOutput(t *testing.T) (out, vars string) {
+	t.Helper()
+	out = testutil.Output(t, testutil.SignedTestOutputEnv)
+	certPath := os.Getenv(testutil.SignCertEnv)
+	if certPath == "" {
+		testutil.Missing(t, "%s unset: run the tests through `make test`", testutil.SignCertEnv)
+	}
+	testutil.RequireFiles(t, qemu.OVMFCodeSecureBoot, qemu.OVMFVars)
+	block, _ := pem.Decode(testutil.ReadFile(t, certPath))
+	if block == nil || block.Type != "CERTIFICATE" {
+		t.Fatalf("%s: no PEM certificate", certPath)
+	}
+	vars = filepath.Join(t.TempDir(), "OVMF_VARS.sb.fd")
+	keys := qemu.SecureBootKeys{PK: block.Bytes, KEK: block.Bytes, DB: block.Bytes}
+	if err := qemu.EnrollSecureBoot(qemu.OVMFVars, vars, keys); err != nil {
+		t.Fatal(err)
+	}
+	return out, vars
+}
+
+// bootSecure boots cfg under OVMF's enforcing firmware with the signed
+// image's key enrolled, expects the test image's boot markers, and the
+// booted system to report Secure Boot enabled from its SecureBoot efivar.
+func bootSecure(t *testing.T, vars string, cfg qemu.Config) *qemu.VM {
+	t.Helper()
+	cfg.SecureBoot, cfg.Vars = true, vars
+	cfg.FailureMarkers = append(append([]string{}, qemu.DefaultFailureMarkers...), "Access Denied")
+	vm := bootAndExpect(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := vm.WaitFor(ctx, secureBootEnabled); err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+// TestSignedManifests: the signed build says so in manifest.json, the
+// unsigned one says it is unsigned.
+func TestSignedManifests(t *testing.T) {
+	signed, err := osimage.ReadManifest(testutil.Output(t, testutil.SignedTestOutputEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned, err := osimage.ReadManifest(testOutput(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb := signed.SecureBoot; sb == nil || !sb.Signed || sb.CertificateSHA256 == "" || !sb.PCRSignature {
+		t.Errorf("signed build: secureBoot = %+v", sb)
+	}
+	if sb := unsigned.SecureBoot; sb == nil || sb.Signed {
+		t.Errorf("unsigned build: secureBoot = %+v", sb)
+	}
+}
+
+// TestSecureBootDisk boots the signed disk.raw from its ESP under
+// enforcing firmware.
+func TestSecureBootDisk(t *testing.T) {
+	out, vars := signedOutput(t)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(out, fileDisk), disk); err != nil {
+		t.Fatal(err)
+	}
+	bootSecure(t, vars, qemu.Config{Disks: []string{disk}})
+}
+
+// TestSecureBootISO boots the signed image.iso as a CD under enforcing
+// firmware.
+func TestSecureBootISO(t *testing.T) {
+	out, vars := signedOutput(t)
+	bootSecure(t, vars, qemu.Config{CDROM: filepath.Join(out, fileISO)})
+}
+
+// TestSecureBootHTTPMeasured boots the signed uki.efi by UEFI HTTP boot
+// under enforcing firmware with a TPM 2.0 (swtpm). PCR 11 in the booted
+// system is systemd-stub's measurement of the UKI followed by the phases
+// systemd's pcrphase units extend after switch-root, "sysinit" and
+// "ready" (our init is not systemd: no initrd phases), as predicted from
+// the file.
+func TestSecureBootHTTPMeasured(t *testing.T) {
+	out, vars := signedOutput(t)
+	testutil.RequireTool(t, qemu.SWTPMBinary)
+	ukiPath := filepath.Join(out, fileUKI)
+	want, err := uki.PredictPCR11(testutil.ReadFile(t, ukiPath), "sysinit:ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/efi")
+		http.ServeFile(w, r, ukiPath)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tpm, err := qemu.StartTPM(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tpm.Stop)
+	vm := bootSecure(t, vars, qemu.Config{
+		MemoryMB:  3072,
+		TPMSocket: tpm.Socket,
+		Net: &qemu.NetConfig{
+			BootFile:     "http://10.0.2.2:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + "/boot/uki.efi",
+			NoROM:        true,
+			HTTPBootOnly: true,
+		},
+	})
+	m := pcr11Report.FindStringSubmatch(qemu.StripANSI(vm.Console()))
+	if m == nil {
+		t.Fatal("no PCR 11 in the boot report")
+	}
+	if m[1] != fmt.Sprintf("%x", want) {
+		t.Errorf("PCR 11 in the guest is %s, predicted %x (stub + sysinit + ready)", m[1], want)
+	}
+	// The UKI's .pcrsig signs a policy for exactly that value.
+	sigs, err := uki.SectionData(testutil.ReadFile(t, ukiPath), uki.SectionPCRSig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string][]uki.PCRSignature
+	if err := json.Unmarshal(sigs, &doc); err != nil {
+		t.Fatal(err)
+	}
+	pol := uki.PolicyPCR11(want)
+	if !slices.ContainsFunc(doc["sha256"], func(s uki.PCRSignature) bool { return s.Policy == hex.EncodeToString(pol[:]) }) {
+		t.Errorf(".pcrsig signs no policy for the PCR 11 the guest reached: %s", sigs)
+	}
+}
+
+// TestSecureBootRefusesUnsignedImage: the same image built without a key
+// (out/test) is refused by the firmware that boots the signed one
+// (TestSecureBootDisk is the control); the boot ends at the refusal.
+func TestSecureBootRefusesUnsignedImage(t *testing.T) {
+	_, vars := signedOutput(t)
+	disk := filepath.Join(t.TempDir(), "disk.raw")
+	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), fileDisk), disk); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	vm := qemu.StartT(t, ctx, qemu.Config{
+		UEFI: true, SecureBoot: true, Vars: vars, Disks: []string{disk}, MemoryMB: 1024, NoReboot: true,
+		FailureMarkers: []string{"EFI stub:", "Linux version", "osb-init:"},
+	})
+	if _, err := vm.WaitFor(ctx, "Access Denied"); err != nil {
+		t.Fatal(err)
+	}
+}
