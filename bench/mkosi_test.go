@@ -82,10 +82,12 @@ func BenchmarkMkosi(b *testing.B) {
 	if err := fillMkosiExtra(tree, filepath.Join(repo, "units")); err != nil {
 		b.Fatal(err)
 	}
-	builder := filepath.Join(work, "builder")
-	if out, err := exec.Command("go", "build", "-C", repo, "-o", builder, "./cmd/builder").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+	// The release builder (`make builder`): it carries its init, so it
+	// builds outside the source tree like mkosi does.
+	if out, err := exec.Command("make", "-C", repo, "builder", "BIN="+filepath.Join(work, "bin")).CombinedOutput(); err != nil {
+		b.Fatalf("make builder: %v\n%s", err, out)
 	}
+	builder := filepath.Join(work, "bin", "builder")
 	unmount, err := nspawnRuntimeDir()
 	if err != nil {
 		b.Fatal(err)
