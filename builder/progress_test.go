@@ -1,34 +1,16 @@
 package builder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+
 	"github.com/ironcore-dev/os-builder/recipe"
 )
-
-// syncBuffer is a bytes.Buffer safe for the reporter's ticker and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestReporterModes: a step's own progress reaches each output mode: the
 // live block on a terminal (redrawn in place), periodic lines in plain
@@ -45,7 +27,7 @@ func TestReporterModes(t *testing.T) {
 		{ModeJSON, []string{`{"step":"bootstrap","state":"start"`, `"state":"progress","done":3,"total":10,"unit":"packages"`, `"step":"go:x","state":"failed"`, `"error":"boom"`}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			var out syncBuffer
+			var out testutil.SyncBuffer
 			r := NewReporterMode(&out, false, tc.mode)
 			r.beginStep("bootstrap")
 			r.beginStep("go:x")

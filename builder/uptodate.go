@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/ironcore-dev/os-builder/internal/boundedfile"
+
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -177,7 +179,7 @@ func upToDate(dir, key string, store *cache.Store, verify, reseal bool) (*osimag
 		return nil, false, err
 	}
 	mpath := filepath.Join(final, osimage.ManifestFile)
-	data, err := readBounded(mpath, maxManifestSize)
+	data, err := boundedfile.Read(mpath, maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -212,7 +214,7 @@ func upToDate(dir, key string, store *cache.Store, verify, reseal bool) (*osimag
 
 // sealHolds: the seal of output matches manifest and every artifact.
 func sealHolds(store *cache.Store, output string, manifest []byte, arts []osimage.Artifact) bool {
-	data, err := readBounded(sealPath(store, output), maxSealSize)
+	data, err := boundedfile.Read(sealPath(store, output), maxSealSize)
 	if err != nil {
 		return false
 	}
@@ -230,28 +232,4 @@ func sealHolds(store *cache.Store, output string, manifest []byte, arts []osimag
 		}
 	}
 	return true
-}
-
-// readBounded reads at most limit bytes of a regular file, failing beyond.
-func readBounded(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", p)
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", p, limit)
-	}
-	data := make([]byte, fi.Size())
-	if _, err := f.ReadAt(data, 0); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	return data, nil
 }

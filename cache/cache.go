@@ -13,6 +13,7 @@ package cache
 
 import (
 	"github.com/ironcore-dev/os-builder/internal/atomicfile"
+	"github.com/ironcore-dev/os-builder/internal/boundedfile"
 
 	"context"
 	"crypto/sha256"
@@ -20,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -192,7 +192,7 @@ func (s *Store) check(key string, contents bool) error {
 
 // readMeta reads and parses an entry's meta file, bounded in size.
 func readMeta(entry string) (*Meta, error) {
-	b, err := readBounded(filepath.Join(entry, metaFile), maxMetaSize)
+	b, err := boundedfile.Read(filepath.Join(entry, metaFile), maxMetaSize)
 	if err != nil {
 		return nil, err
 	}
@@ -215,23 +215,6 @@ func parseMeta(b []byte) (*Meta, error) {
 		seen[f.Path] = true
 	}
 	return &m, nil
-}
-
-// readBounded reads a file of at most limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
-	}
-	return b, nil
 }
 
 // Fill makes the entry for the inputs. Only one build fills a key at a
@@ -343,7 +326,7 @@ func (s *Store) lastPath(scope, step string) string {
 
 // Previous returns the inputs a step last ran with, if known.
 func (s *Store) Previous(scope, step string) (Inputs, bool) {
-	b, err := readBounded(s.lastPath(scope, step), maxLastSize)
+	b, err := boundedfile.Read(s.lastPath(scope, step), maxLastSize)
 	if err != nil {
 		return nil, false
 	}

@@ -407,7 +407,7 @@ func TestQEMUVendorMatrix(t *testing.T) {
 			b.machine.SetPXEBootFile(ipxeScriptURL(t, pxe)) // what DHCP would hand out
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 			defer cancel()
-			var stdout, stderr syncBuffer
+			var stdout, stderr testutil.SyncBuffer
 			code := -1
 			done := make(chan struct{})
 			go func() {
@@ -435,22 +435,4 @@ func TestQEMUVendorMatrix(t *testing.T) {
 			t.Logf("%s/%s: multi-user in %s (%d BMC requests)", c.personality, c.method, time.Since(start).Round(time.Second), b.emu.Requests())
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

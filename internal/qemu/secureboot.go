@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 	"unicode/utf16"
+
+	"github.com/ironcore-dev/os-builder/internal/boundedfile"
 )
 
 // OVMFCodeSecureBoot is Debian's OVMF build that enforces Secure Boot once
@@ -74,7 +76,7 @@ func EnrollSecureBoot(template, dst string, keys SecureBootKeys) error {
 	if len(keys.PK) == 0 || len(keys.KEK) == 0 || len(keys.DB) == 0 {
 		return errors.New("qemu: enroll secure boot: PK, KEK and db certificates are all required")
 	}
-	store, err := readBounded(template, maxVarsSize)
+	store, err := boundedfile.Read(template, maxVarsSize)
 	if err != nil {
 		return fmt.Errorf("qemu: enroll secure boot: %w", err)
 	}
@@ -113,26 +115,6 @@ func EnrollSecureBoot(template, dst string, keys SecureBootKeys) error {
 		return fmt.Errorf("qemu: enroll secure boot: %w", err)
 	}
 	return nil
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a variable store may have", path, fi.Size(), limit)
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return b, nil
 }
 
 // varStoreFree finds the authenticated variable store in a firmware

@@ -9,13 +9,11 @@
 package netns
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -112,7 +110,7 @@ func RunInside(t *testing.T, ns *NS, env ...string) string {
 func (ns *NS) Dnsmasq(t testing.TB, args ...string) func() string {
 	t.Helper()
 	testutil.RequireTool(t, "dnsmasq")
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	cmd := ns.Command("dnsmasq", append([]string{"--keep-in-foreground", "--log-facility=-", "--conf-file=/dev/null",
 		"--port=0", "--no-resolv", "--no-hosts", "--leasefile-ro", "--dhcp-authoritative", "--log-dhcp", "--bind-interfaces",
 		"--pid-file="}, args...)...)
@@ -125,21 +123,4 @@ func (ns *NS) Dnsmasq(t testing.TB, args ...string) func() string {
 		cmd.Wait()
 	})
 	return log.String
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
