@@ -117,4 +117,3 @@ func TestMountRootLayersRejectsBadStack(t *testing.T) {
 		t.Fatalf("got %v, want an error naming %s and the bad part", err, p)
 	}
 }
-
