@@ -18,11 +18,11 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "8"
+const assembleVersion = "9"
 
-// Files the assemble step leaves in its output directory.
+// Files the assemble step leaves in its output directory (and topImage,
+// topInitrdSeg: layers.go).
 const (
-	rootImage     = "root.squashfs"
 	kernelImage   = "vmlinuz"
 	kernelRelease = "kernel-release"
 	osReleaseFile = "os-release"
@@ -32,18 +32,18 @@ const (
 	initrdList    = "initrd-files.list"
 )
 
-// assembleStep lays the layers over the bootstrapped tree (files, units,
-// users, extracted and built binaries) and packs the result as the
-// read-only root image. It also lifts out what later steps need from the
+// assembleStep lays the layers over the base image (files, units, users,
+// extracted and built binaries) and packs what they changed as the root's
+// top layer (layers.go). It also lifts out what later steps need from the
 // tree: the kernel, its modules, os-release and the UEFI stub.
 type assembleStep struct {
-	r            *recipe.Recipe
-	bootstrap    string   // bootstrap step output
-	bootstrapKey string   // the bootstrap step's input key
-	binaries     []binary // outputs of the oci and go steps
-	modules      []string
-	epoch        int64
-	work         string
+	r        *recipe.Recipe
+	base     string   // root-base step output
+	baseKey  string   // the root-base step's input key
+	binaries []binary // outputs of the oci and go steps
+	modules  []string
+	epoch    int64
+	work     string
 }
 
 // binary is one file produced by an oci or go step, bound for dest.
@@ -57,9 +57,9 @@ func (s *assembleStep) Name() string { return "assemble" }
 func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", assembleVersion)
-	// The bootstrap output is a function of its inputs: its key stands for
-	// its 500+ MiB tarball without hashing it again.
-	in.AddDigest("bootstrap", s.bootstrapKey)
+	// The base image is a function of its inputs: its key stands for it
+	// without hashing it again.
+	in.AddDigest("root-base", s.baseKey)
 	for _, f := range s.r.Files() {
 		d, err := digestTree(f.Source)
 		if err != nil {
@@ -88,32 +88,40 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 }
 
 func (s *assembleStep) Run(ctx context.Context, out string) error {
-	dir, err := os.MkdirTemp(s.work, "rootfs-")
+	tree, err := mountLayered(ctx, filepath.Join(s.base, baseImage), s.work)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", dir); err != nil {
-		return fmt.Errorf("unpack bootstrap: %w", err)
-	}
+	defer tree.unmount()
 	// From here on every path in the tree resolves inside it, as in a
 	// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
 	// cannot make the builder write, remove or read host files.
-	root, err := fsroot.Open(dir)
+	root, err := fsroot.Open(tree.merged)
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	if err := s.populate(ctx, root); err != nil {
+	err = s.populate(ctx, root)
+	if err == nil {
+		err = s.lift(root, out)
+	}
+	if err == nil {
+		err = removeMachineState(root) // what the layers brought
+	}
+	root.Close()
+	if err != nil {
 		return err
 	}
-	if err := s.lift(root, out); err != nil {
+	if err := tree.unmount(); err != nil {
 		return err
 	}
-	if err := removeMachineState(root); err != nil {
+	if err := cleanUpper(tree.upper); err != nil {
 		return err
 	}
-	return mksquashfs(ctx, dir, filepath.Join(out, rootImage), s.epoch)
+	img := filepath.Join(out, topImage)
+	if err := mksquashfs(ctx, tree.upper, img, s.epoch); err != nil {
+		return err
+	}
+	return writeLayerSegment(img, topLayerInitrd, filepath.Join(out, topInitrdSeg), s.epoch)
 }
 
 // populate lays the layers over the tree: files, units, users, binaries.
@@ -454,6 +462,9 @@ func removeMachineState(root *fsroot.Root) error {
 	// keeps the mode the image gave it.
 	mode := os.FileMode(0o444)
 	if fi, err := root.Lstat("/etc/machine-id"); err == nil && fi.Mode().IsRegular() {
+		if fi.Size() == 0 {
+			return nil // already fresh (the base's): no copy in the top layer
+		}
 		mode = fi.Mode().Perm()
 	}
 	return root.WriteFile("/etc/machine-id", strings.NewReader(""), mode)

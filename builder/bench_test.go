@@ -131,8 +131,8 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 		return p
 	}
 	return &artifactInputs{
+		base:         dir("root-base"),
 		assembled:    dir("assemble"),
-		initrd:       filepath.Join(dir("initrd"), initrdFile),
 		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
 		cmdline:      r.Cmdline(),
 		epoch:        DefaultSourceDateEpoch,

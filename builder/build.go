@@ -146,11 +146,21 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The root's base layer: the packages, squashed once per package set.
+	base := &rootBaseStep{bootstrap: bootDir, bootstrapKey: bootIn.Key(), epoch: b.epoch, work: b.work}
+	baseIn, err := base.Inputs()
+	if err != nil {
+		return nil, err
+	}
+	baseDir, err := b.run.Run(ctx, base)
+	if err != nil {
+		return nil, err
+	}
 	binaries, err := b.sources(ctx)
 	if err != nil {
 		return nil, err
 	}
-	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, bootstrap: bootDir, bootstrapKey: bootIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
+	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, base: baseDir, baseKey: baseIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
 	if err != nil {
 		return nil, err
 	}
@@ -158,26 +168,20 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch, withRoot: true})
+	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
 	if err != nil {
 		return nil, err
 	}
 	art := &artifactInputs{
-		assembled: asmDir,
-		initrd:    filepath.Join(initrdDir, initrdFile),
-		cmdline:   b.cmdline(),
-		epoch:     b.epoch,
-		name:      b.r.Name,
-		version:   b.r.Version,
-		arch:      b.r.Base.Architecture,
-		dataMiB:   int64(b.r.DataSizeMiB()),
-	}
-	if outputs["disk"] || outputs["pxe"] {
-		dir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
-		if err != nil {
-			return nil, err
-		}
-		art.noRootInitrd = filepath.Join(dir, initrdFile)
+		base:         baseDir,
+		assembled:    asmDir,
+		noRootInitrd: filepath.Join(initrdDir, initrdFile),
+		cmdline:      b.cmdline(),
+		epoch:        b.epoch,
+		name:         b.r.Name,
+		version:      b.r.Version,
+		arch:         b.r.Base.Architecture,
+		dataMiB:      int64(b.r.DataSizeMiB()),
 	}
 	if b.opts.SignKey != "" || b.opts.SignCert != "" {
 		if art.signer, art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {

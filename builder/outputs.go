@@ -1,9 +1,12 @@
 package builder
 
 import (
+	"bufio"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/diskimage"
+	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/isoimage"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/uki"
@@ -49,8 +53,8 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
-	assembled     string // assemble step output (kernel, root image, stub, ...)
-	initrd        string // the live initrd, root image inside
+	base          string // root-base step output (base image and its initrd segment)
+	assembled     string // assemble step output (kernel, top image, stub, ...)
 	noRootInitrd  string // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
@@ -61,8 +65,19 @@ type artifactInputs struct {
 	cert          *x509.Certificate
 }
 
-func (a *artifactInputs) kernel() string    { return filepath.Join(a.assembled, kernelImage) }
-func (a *artifactInputs) rootImage() string { return filepath.Join(a.assembled, rootImage) }
+func (a *artifactInputs) kernel() string { return filepath.Join(a.assembled, kernelImage) }
+
+// rootLayers are the root's images, bottom first (the root stack's parts).
+func (a *artifactInputs) rootLayers() []string {
+	return []string{filepath.Join(a.base, baseImage), filepath.Join(a.assembled, topImage)}
+}
+
+// liveInitrdSegments make the live initrd: the root's layers as
+// uncompressed cpio segments (the kernel reads them first, then the
+// compressed one), then the initrd without root.
+func (a *artifactInputs) liveInitrdSegments() []string {
+	return []string{filepath.Join(a.base, baseInitrdSeg), filepath.Join(a.assembled, topInitrdSeg), a.noRootInitrd}
+}
 
 // diskCmdline points the disk UKI's init at the root partition.
 func (a *artifactInputs) diskCmdline() string {
@@ -81,46 +96,130 @@ const (
 	fileISO     = "image.iso"
 )
 
+// artifactDir writes artifact files into one directory, hashing them while
+// they are written, so that the manifest needs no second read.
+type artifactDir struct {
+	dir  string
+	sums map[string]string // file name -> hex sha256, for files written here
+}
+
+// write creates name and fills it through fill, hashing what it writes.
+func (d *artifactDir) write(name string, fill func(w io.Writer) error) (err error) {
+	f, err := os.OpenFile(filepath.Join(d.dir, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	h := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	if err := fill(bw); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	d.sums[name] = hex.EncodeToString(h.Sum(nil))
+	return nil
+}
+
+// concat writes the files srcs, one after the other, as name.
+func (d *artifactDir) concat(name string, srcs ...string) error {
+	return d.write(name, func(w io.Writer) error {
+		for _, src := range srcs {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(w, f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("copy %s: %w", src, err)
+			}
+		}
+		return nil
+	})
+}
+
+// describe returns the manifest entry of name: the digest taken while it
+// was written, or, for files other writers made, read once.
+func (d *artifactDir) describe(kind osimage.ArtifactKind, name string) (osimage.Artifact, error) {
+	p := filepath.Join(d.dir, name)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return osimage.Artifact{}, err
+	}
+	sum, ok := d.sums[name]
+	if !ok {
+		if sum, err = digestFile(p); err != nil {
+			return osimage.Artifact{}, err
+		}
+	}
+	return osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: sum}, nil
+}
+
 // writeArtifacts writes the chosen artifacts into dir and describes them.
-// Order matters: the ISO carries the UKI written before it.
+// Order matters: the ISO carries the UKI written before it, the disk the
+// root stack.
 func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir string) ([]osimage.Artifact, error) {
+	d := &artifactDir{dir: dir, sums: map[string]string{}}
 	var arts []osimage.Artifact
 	add := func(kind osimage.ArtifactKind, name string) error {
-		p := filepath.Join(dir, name)
-		fi, err := os.Stat(p)
-		if err != nil {
-			return err
+		a, err := d.describe(kind, name)
+		if err == nil {
+			arts = append(arts, a)
 		}
-		d, err := digestFile(p)
-		if err != nil {
-			return err
+		return err
+	}
+	// The live initrd and the root stack are artifacts of pxe and inputs
+	// of the UKI and the disk: written once, aside when pxe does not want
+	// them.
+	initrdName, rootName := fileInitrd, fileRootfs
+	if !out["pxe"] {
+		initrdName, rootName = ".live-initrd.img", ".root-stack.img"
+		defer os.Remove(filepath.Join(dir, initrdName))
+		defer os.Remove(filepath.Join(dir, rootName))
+	}
+	if out["pxe"] || out["uki"] || out["iso"] {
+		if err := d.concat(initrdName, in.liveInitrdSegments()...); err != nil {
+			return nil, fmt.Errorf("initrd: %w", err)
 		}
-		arts = append(arts, osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: d})
-		return nil
+	}
+	if out["pxe"] || out["disk"] {
+		err := d.write(rootName, func(w io.Writer) error {
+			_, err := rootstack.Write(w, in.rootLayers())
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("root image: %w", err)
+		}
 	}
 	if out["pxe"] {
+		if err := d.concat(fileKernel, in.kernel()); err != nil {
+			return nil, fmt.Errorf("pxe: %w", err)
+		}
+		if err := d.concat(fileNoRoot, in.noRootInitrd); err != nil {
+			return nil, fmt.Errorf("pxe: %w", err)
+		}
+		if err := d.write(fileCmdline, func(w io.Writer) error { _, err := io.WriteString(w, in.cmdline+"\n"); return err }); err != nil {
+			return nil, err
+		}
 		for _, f := range []struct {
 			kind osimage.ArtifactKind
-			src  string
 			name string
 		}{
-			{osimage.KindKernel, in.kernel(), fileKernel},
-			{osimage.KindInitrd, in.initrd, fileInitrd},
-			{osimage.KindRootfs, in.rootImage(), fileRootfs},
-			{osimage.KindInitrdNoRoot, in.noRootInitrd, fileNoRoot},
+			{osimage.KindKernel, fileKernel},
+			{osimage.KindInitrd, fileInitrd},
+			{osimage.KindRootfs, fileRootfs},
+			{osimage.KindInitrdNoRoot, fileNoRoot},
+			{osimage.KindCmdline, fileCmdline},
 		} {
-			if err := copyFile(f.src, filepath.Join(dir, f.name), 0o644); err != nil {
-				return nil, fmt.Errorf("pxe: %w", err)
-			}
 			if err := add(f.kind, f.name); err != nil {
 				return nil, err
 			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, fileCmdline), []byte(in.cmdline+"\n"), 0o644); err != nil {
-			return nil, err
-		}
-		if err := add(osimage.KindCmdline, fileCmdline); err != nil {
-			return nil, err
 		}
 	}
 	// The ISO boots the same UKI; write it aside when only the ISO wants it.
@@ -130,7 +229,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		defer os.Remove(ukiPath)
 	}
 	if out["uki"] || out["iso"] {
-		if err := in.writeUKI(ukiPath, in.initrd, in.cmdline); err != nil {
+		if err := in.writeUKI(ukiPath, filepath.Join(dir, initrdName), in.cmdline); err != nil {
 			return nil, fmt.Errorf("uki: %w", err)
 		}
 		if out["uki"] {
@@ -140,7 +239,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		}
 	}
 	if out["disk"] {
-		if err := in.writeDisk(filepath.Join(dir, fileDisk)); err != nil {
+		if err := in.writeDisk(filepath.Join(dir, fileDisk), filepath.Join(dir, rootName)); err != nil {
 			return nil, fmt.Errorf("disk: %w", err)
 		}
 		if err := add(osimage.KindDisk, fileDisk); err != nil {
@@ -198,7 +297,7 @@ func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
 // writeDisk makes the GPT disk: its UKI boots a slim initrd that takes the
 // root image from the osb-root partition instead of carrying it, and the
 // empty osb-data partition after it makes the file boot as built.
-func (a *artifactInputs) writeDisk(path string) error {
+func (a *artifactInputs) writeDisk(path, rootStack string) error {
 	ukiPath := path + ".uki.tmp"
 	defer os.Remove(ukiPath)
 	if err := a.writeUKI(ukiPath, a.noRootInitrd, a.diskCmdline()); err != nil {
@@ -207,7 +306,7 @@ func (a *artifactInputs) writeDisk(path string) error {
 	return diskimage.Write(path, diskimage.Options{
 		Architecture:    a.arch,
 		UKI:             ukiPath,
-		Root:            a.rootImage(),
+		Root:            rootStack,
 		DataSizeMiB:     a.dataMiB,
 		Seed:            a.name + "/" + a.version,
 		SourceDateEpoch: a.epoch,

@@ -1,0 +1,209 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
+)
+
+// The root image is layered (package rootstack): the base, the
+// bootstrapped packages, is squashed once per package set by the root-base
+// step; the assemble step squashes only what the layers change on top of
+// it. Both are cached, so changing a unit re-squashes kilobytes, and the
+// artifacts are joined from the two images.
+
+const rootBaseVersion = "1"
+
+// Files of the root-base and assemble steps.
+const (
+	baseImage        = "base.squashfs"
+	baseInitrdSeg    = "initrd-base.cpio" // the base as an initrd segment
+	topImage         = "top.squashfs"
+	topInitrdSeg     = "initrd-top.cpio"
+	baseLayerInitrd  = "00-base"
+	topLayerInitrd   = "01-layers"
+	overlayXattrPref = "trusted.overlay."
+)
+
+// rootBaseStep squashes the bootstrapped tree, less machine state, as the
+// root's base layer.
+type rootBaseStep struct {
+	bootstrap    string // bootstrap step output
+	bootstrapKey string
+	epoch        int64
+	work         string
+}
+
+func (s *rootBaseStep) Name() string { return "root-base" }
+
+func (s *rootBaseStep) Inputs() (cache.Inputs, error) {
+	var in cache.Inputs
+	in.Add("step-version", rootBaseVersion)
+	// The bootstrap output is a function of its inputs: its key stands for
+	// its 500+ MiB tarball without hashing it again.
+	in.AddDigest("bootstrap", s.bootstrapKey)
+	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	return in, nil
+}
+
+func (s *rootBaseStep) Run(ctx context.Context, out string) error {
+	dir, err := os.MkdirTemp(s.work, "rootfs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", dir); err != nil {
+		return fmt.Errorf("unpack bootstrap: %w", err)
+	}
+	root, err := fsroot.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = removeMachineState(root)
+	root.Close()
+	if err != nil {
+		return err
+	}
+	img := filepath.Join(out, baseImage)
+	if err := mksquashfs(ctx, dir, img, s.epoch); err != nil {
+		return err
+	}
+	return writeLayerSegment(img, baseLayerInitrd, filepath.Join(out, baseInitrdSeg), s.epoch)
+}
+
+// writeLayerSegment writes an uncompressed cpio archive holding img as the
+// initrd root layer name. Uncompressed: the image is compressed already,
+// and the kernel reads uncompressed segments before the compressed one
+// without decompressing, so this segment is reused byte for byte.
+func writeLayerSegment(img, name, out string, epoch int64) error {
+	a := initrd.NewArchive()
+	if err := a.AddDir(pid1.RootLayersDir, 0o755); err != nil {
+		return err
+	}
+	if err := a.AddHostFile(path.Join(pid1.RootLayersDir, name), 0o644, img); err != nil {
+		return err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := a.Encode(f, initrd.WriteOptions{SourceDateEpoch: epoch, Compression: initrd.CompressionNone}); err != nil {
+		f.Close()
+		return fmt.Errorf("initrd segment %s: %w", name, err)
+	}
+	return f.Close()
+}
+
+// layeredTree is the base image mounted read-only with a writable overlay
+// on it: what is written to merged lands in upper, deletions as overlayfs
+// whiteouts, replaced directories marked opaque, which is the form the
+// init's overlay reads in a lower layer.
+type layeredTree struct {
+	lower, upper, merged string
+}
+
+// mountLayered mounts img (read-only, through a loop device) and an
+// overlay over it in a new directory under work.
+func mountLayered(ctx context.Context, img, work string) (*layeredTree, error) {
+	dir, err := os.MkdirTemp(work, "layered-")
+	if err != nil {
+		return nil, err
+	}
+	t := &layeredTree{lower: filepath.Join(dir, "lower"), upper: filepath.Join(dir, "upper"), merged: filepath.Join(dir, "merged")}
+	ovlWork := filepath.Join(dir, "work")
+	for _, d := range []string{t.lower, t.upper, t.merged, ovlWork} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro", img, t.lower); err != nil {
+		return nil, fmt.Errorf("mount the base image (the builder needs root for loop devices and overlayfs): %w", err)
+	}
+	// The upper directory's attributes become the root's: take the base's.
+	var st unix.Stat_t
+	if err := unix.Stat(t.lower, &st); err != nil {
+		t.unmount()
+		return nil, err
+	}
+	if err := os.Chmod(t.upper, fs.FileMode(st.Mode&0o7777)); err != nil {
+		t.unmount()
+		return nil, err
+	}
+	if err := os.Lchown(t.upper, int(st.Uid), int(st.Gid)); err != nil {
+		t.unmount()
+		return nil, err
+	}
+	// No index, redirects or metacopy: the upper directory must hold whole
+	// files, whiteouts and opaque markers only, readable as a lower layer.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off", t.lower, t.upper, ovlWork)
+	if err := unix.Mount("overlay", t.merged, "overlay", 0, opts); err != nil {
+		t.unmount()
+		return nil, fmt.Errorf("mount overlay over the base image (%s): %w", opts, err)
+	}
+	return t, nil
+}
+
+// unmount detaches the overlay and the base; it is safe to call twice.
+func (t *layeredTree) unmount() error {
+	var errs []error
+	for _, m := range []string{t.merged, t.lower} {
+		if err := unix.Unmount(m, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanUpper drops the overlayfs bookkeeping a copy-up leaves in upper
+// (origin file handles, impure markers): they name inodes of this build's
+// mount, not content. Only opaque markers mean something to a reader.
+func cleanUpper(upper string) error {
+	return filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		names, err := listXattrs(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, n := range names {
+			if strings.HasPrefix(n, overlayXattrPref) && n != overlayXattrPref+"opaque" {
+				if err := unix.Lremovexattr(p, n); err != nil {
+					return fmt.Errorf("%s: remove %s: %w", p, n, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func listXattrs(p string) ([]string, error) {
+	n, err := unix.Llistxattr(p, nil)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	buf := make([]byte, n)
+	if n, err = unix.Llistxattr(p, buf); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range strings.Split(string(buf[:n]), "\x00") {
+		if s != "" {
+			names = append(names, s)
+		}
+	}
+	return names, nil
+}
