@@ -137,6 +137,17 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
+	// Compiling the init takes seconds and needs nothing from the image:
+	// overlap it with the image steps.
+	initCtx, cancelInit := context.WithCancel(ctx)
+	initDone := make(chan struct{})
+	var initBin string
+	var initErr error
+	go func() {
+		defer close(initDone)
+		initBin, initErr = buildInit(initCtx, b.work, b.r.Base.Architecture)
+	}()
+	defer func() { cancelInit(); <-initDone }() // never leave it writing into work
 	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
 	bootIn, err := boot.Inputs()
 	if err != nil {
@@ -164,9 +175,9 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	initBin, err := buildInit(ctx, b.work, b.r.Base.Architecture)
-	if err != nil {
-		return nil, err
+	<-initDone
+	if initErr != nil {
+		return nil, initErr
 	}
 	initrdDir, err := b.run.Run(ctx, &initrdStep{assembled: asmDir, init: initBin, modules: b.modules(), epoch: b.epoch})
 	if err != nil {

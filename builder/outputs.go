@@ -229,7 +229,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		defer os.Remove(ukiPath)
 	}
 	if out["uki"] || out["iso"] {
-		if err := in.writeUKI(ukiPath, filepath.Join(dir, initrdName), in.cmdline); err != nil {
+		if err := in.writeUKI(d, filepath.Base(ukiPath), filepath.Join(dir, initrdName), in.cmdline); err != nil {
 			return nil, fmt.Errorf("uki: %w", err)
 		}
 		if out["uki"] {
@@ -239,7 +239,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		}
 	}
 	if out["disk"] {
-		if err := in.writeDisk(filepath.Join(dir, fileDisk), filepath.Join(dir, rootName)); err != nil {
+		if err := in.writeDisk(d, fileDisk, filepath.Join(dir, rootName)); err != nil {
 			return nil, fmt.Errorf("disk: %w", err)
 		}
 		if err := add(osimage.KindDisk, fileDisk); err != nil {
@@ -266,7 +266,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and
 // a command line.
-func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
+func (a *artifactInputs) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error {
 	stub, err := os.ReadFile(filepath.Join(a.assembled, stubFile))
 	if err != nil {
 		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
@@ -287,20 +287,28 @@ func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
 	if err != nil {
 		return err
 	}
-	return uki.BuildFile(path, uki.Options{
+	opts := uki.Options{
 		Stub: stub, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 		OSRelease: string(osr), Uname: kver, SourceDateEpoch: a.epoch,
 		Signer: a.signer, Certificate: a.cert,
-	})
+	}
+	// The output directory is swapped in whole or not at all, so the UKI
+	// is written in place, hashed on the way.
+	err = d.write(name, func(w io.Writer) error { _, err := uki.Write(w, opts); return err })
+	if err != nil {
+		os.Remove(filepath.Join(d.dir, name))
+	}
+	return err
 }
 
 // writeDisk makes the GPT disk: its UKI boots a slim initrd that takes the
 // root image from the osb-root partition instead of carrying it, and the
 // empty osb-data partition after it makes the file boot as built.
-func (a *artifactInputs) writeDisk(path, rootStack string) error {
+func (a *artifactInputs) writeDisk(d *artifactDir, name, rootStack string) error {
+	path := filepath.Join(d.dir, name)
 	ukiPath := path + ".uki.tmp"
 	defer os.Remove(ukiPath)
-	if err := a.writeUKI(ukiPath, a.noRootInitrd, a.diskCmdline()); err != nil {
+	if err := a.writeUKI(d, filepath.Base(ukiPath), a.noRootInitrd, a.diskCmdline()); err != nil {
 		return err
 	}
 	return diskimage.Write(path, diskimage.Options{
