@@ -14,6 +14,8 @@ import (
 
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -98,6 +100,17 @@ func TestOneUnitRebuildBoots(t *testing.T) {
 	}
 	took := buildTree(t, tree, after, cacheDir)
 	t.Logf("one unit changed: rebuilt in %v", took.Round(10*time.Millisecond))
+
+	// Digests taken while writing are the files' digests.
+	m, err := osimage.ReadManifest(after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range m.Artifacts {
+		if got := testutil.FileSHA256(t, filepath.Join(after, a.Path)); got != a.SHA256 {
+			t.Errorf("%s: manifest says sha256 %s, the file has %s", a.Path, a.SHA256, got)
+		}
+	}
 
 	// The base is reused byte for byte, the top layer is new.
 	pb, pa := stackParts(t, filepath.Join(before, fileRootfs)), stackParts(t, filepath.Join(after, fileRootfs))

@@ -311,7 +311,7 @@ func (a *artifactInputs) writeDisk(d *artifactDir, name, rootStack string) error
 	if err := a.writeUKI(d, filepath.Base(ukiPath), a.noRootInitrd, a.diskCmdline()); err != nil {
 		return err
 	}
-	return diskimage.Write(path, diskimage.Options{
+	sum, err := diskimage.WriteDigest(path, diskimage.Options{
 		Architecture:    a.arch,
 		UKI:             ukiPath,
 		Root:            rootStack,
@@ -319,6 +319,11 @@ func (a *artifactInputs) writeDisk(d *artifactDir, name, rootStack string) error
 		Seed:            a.name + "/" + a.version,
 		SourceDateEpoch: a.epoch,
 	})
+	if err != nil {
+		return err
+	}
+	d.sums[name] = sum
+	return nil
 }
 
 // isoVolumeLabel is the recipe name as an ISO 9660 volume identifier.
