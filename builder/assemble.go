@@ -88,37 +88,42 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 }
 
 func (s *assembleStep) Run(ctx context.Context, out string) error {
-	tree, err := mountLayered(ctx, filepath.Join(s.base, baseImage), s.work)
+	var upper string
+	err := inPrivateMounts(func() error {
+		tree, err := mountLayered(ctx, filepath.Join(s.base, baseImage), s.work)
+		if err != nil {
+			return err
+		}
+		defer tree.unmount()
+		upper = tree.upper
+		// From here on every path in the tree resolves inside it, as in a
+		// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
+		// cannot make the builder write, remove or read host files.
+		root, err := fsroot.Open(tree.merged)
+		if err != nil {
+			return err
+		}
+		err = s.populate(ctx, root)
+		if err == nil {
+			err = s.lift(root, out)
+		}
+		if err == nil {
+			err = removeMachineState(root) // what the layers brought
+		}
+		root.Close()
+		if err != nil {
+			return err
+		}
+		return tree.unmount()
+	})
 	if err != nil {
 		return err
 	}
-	defer tree.unmount()
-	// From here on every path in the tree resolves inside it, as in a
-	// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
-	// cannot make the builder write, remove or read host files.
-	root, err := fsroot.Open(tree.merged)
-	if err != nil {
-		return err
-	}
-	err = s.populate(ctx, root)
-	if err == nil {
-		err = s.lift(root, out)
-	}
-	if err == nil {
-		err = removeMachineState(root) // what the layers brought
-	}
-	root.Close()
-	if err != nil {
-		return err
-	}
-	if err := tree.unmount(); err != nil {
-		return err
-	}
-	if err := cleanUpper(tree.upper); err != nil {
+	if err := cleanUpper(upper); err != nil {
 		return err
 	}
 	img := filepath.Join(out, topImage)
-	if err := mksquashfs(ctx, tree.upper, img, s.epoch); err != nil {
+	if err := mksquashfs(ctx, upper, img, s.epoch); err != nil {
 		return err
 	}
 	return writeLayerSegment(img, topLayerInitrd, filepath.Join(out, topInitrdSeg), s.epoch)

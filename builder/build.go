@@ -1,6 +1,6 @@
 // Package builder turns a resolved recipe into boot artifacts. A build is a
-// chain of cacheable steps (bootstrap, go/oci sources, assemble, initrd,
-// artifacts); the output directory is staged aside and swapped into place
+// chain of cacheable steps (bootstrap, root-base, go/oci sources, assemble,
+// initrd-noroot, artifacts); the output directory is staged aside and swapped into place
 // only when every artifact and the manifest are complete.
 package builder
 

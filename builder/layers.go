@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -105,6 +106,29 @@ func writeLayerSegment(img, name, out string, epoch int64) error {
 		return fmt.Errorf("initrd segment %s: %w", name, err)
 	}
 	return f.Close()
+}
+
+// inPrivateMounts runs f on an OS thread of its own, in a mount namespace
+// of its own: the mounts f makes are invisible to the host and vanish with
+// the namespace when f returns (the thread exits with its goroutine) or
+// the builder dies, kill -9 included, so a killed build leaves no mount
+// behind for the next one's sweep to trip over. Commands f runs inherit
+// the namespace (they are forked from the locked thread).
+func inPrivateMounts(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			errc <- fmt.Errorf("mount namespace (the builder needs root): %w", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			errc <- fmt.Errorf("make mounts private: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
 }
 
 // layeredTree is the base image mounted read-only with a writable overlay

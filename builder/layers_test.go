@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -86,23 +87,42 @@ func TestLayeredTree(t *testing.T) {
 	baseImg := filepath.Join(work, "base.squashfs")
 	mustDo(t, mksquashfs(ctx, base, baseImg, DefaultSourceDateEpoch))
 
-	tree, err := mountLayered(ctx, baseImg, work)
+	var tree *layeredTree
+	err := inPrivateMounts(func() error {
+		var err error
+		if tree, err = mountLayered(ctx, baseImg, work); err != nil {
+			return err
+		}
+		root, err := fsroot.Open(tree.merged)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		for _, err := range []error{
+			root.WriteFile("/etc/unit", strings.NewReader("layer unit"), 0o644),
+			root.Remove("/etc/ssh/host_key"),
+			root.RemoveAll("/usr/share/old"),
+			root.MkdirAll("/usr/share/old", 0o755),
+			root.WriteFile("/usr/share/old/new", strings.NewReader("new"), 0o644),
+			root.Chmod("/var/lib/keep/ordinal", 0o600), // a metadata-only change
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		return nil // no unmount: the namespace goes with the thread
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tree.unmount()
-	root, err := fsroot.Open(tree.merged)
-	if err != nil {
-		t.Fatal(err)
+	// The mounts stayed in the namespace: this thread, in the namespace the
+	// test started in, never saw them.
+	runtime.LockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	runtime.UnlockOSThread()
+	if err != nil || strings.Contains(string(b), tree.merged) {
+		t.Errorf("the overlay shows outside its namespace (%v)", err)
 	}
-	mustDo(t, root.WriteFile("/etc/unit", strings.NewReader("layer unit"), 0o644))
-	mustDo(t, root.Remove("/etc/ssh/host_key"))
-	mustDo(t, root.RemoveAll("/usr/share/old"))
-	mustDo(t, root.MkdirAll("/usr/share/old", 0o755))
-	mustDo(t, root.WriteFile("/usr/share/old/new", strings.NewReader("new"), 0o644))
-	mustDo(t, root.Chmod("/var/lib/keep/ordinal", 0o600)) // a metadata-only change
-	root.Close()
-	mustDo(t, tree.unmount())
 	mustDo(t, cleanUpper(tree.upper))
 	topImg := filepath.Join(work, "top.squashfs")
 	mustDo(t, mksquashfs(ctx, tree.upper, topImg, DefaultSourceDateEpoch))
