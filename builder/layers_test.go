@@ -175,3 +175,52 @@ func filepathWalk(t *testing.T, dir string, f func(p string)) {
 		return err
 	}))
 }
+
+// TestPXEArtifactsFromLayers: the pxe artifacts are joined from the layers
+// (root stack, live initrd = layer segments then the initrd without root),
+// hashed while written, and the root artifact cannot be mistaken for a
+// lone squashfs: it starts with the stack's magic, not the base's.
+func TestPXEArtifactsFromLayers(t *testing.T) {
+	base, asm := t.TempDir(), t.TempDir()
+	files := map[string]string{
+		filepath.Join(base, baseImage):     "hsqs base image",
+		filepath.Join(base, baseInitrdSeg): "base segment|",
+		filepath.Join(asm, topImage):       "hsqs top image",
+		filepath.Join(asm, topInitrdSeg):   "top segment|",
+		filepath.Join(asm, kernelImage):    "MZ kernel",
+		filepath.Join(asm, "noroot.img"):   "init segment",
+	}
+	for p, data := range files {
+		mustDo(t, os.WriteFile(p, []byte(data), 0o644))
+	}
+	out := t.TempDir()
+	set, err := parseOutputs([]string{"pxe"})
+	mustDo(t, err)
+	arts, err := writeArtifacts(t.Context(), set, &artifactInputs{
+		base: base, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
+	}, out)
+	mustDo(t, err)
+	if len(arts) != 5 {
+		t.Fatalf("%d artifacts, want 5: %+v", len(arts), arts)
+	}
+	for _, a := range arts {
+		p := filepath.Join(out, a.Path)
+		if got := testutil.FileSHA256(t, p); got != a.SHA256 {
+			t.Errorf("%s: digest %s while writing, file %s", a.Path, a.SHA256, got)
+		}
+	}
+	if got := string(testutil.ReadFile(t, filepath.Join(out, fileInitrd))); got != "base segment|top segment|init segment" {
+		t.Errorf("initrd.img = %q, want the layer segments before the init segment", got)
+	}
+	root := testutil.ReadFile(t, filepath.Join(out, fileRootfs))
+	if !rootstack.IsStack(root) {
+		t.Fatalf("root.squashfs starts with %q, want the root stack magic", root[:8])
+	}
+	parts, err := rootstack.Parse(root[:rootstack.HeaderSize], int64(len(root)))
+	mustDo(t, err)
+	for i, want := range []string{"hsqs base image", "hsqs top image"} {
+		if got := string(root[parts[i].Offset : parts[i].Offset+parts[i].Size]); got != want {
+			t.Errorf("part %d = %q, want %q", i, got, want)
+		}
+	}
+}
