@@ -18,10 +18,10 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "9"
+const assembleVersion = "10"
 
-// Files the assemble step leaves in its output directory (and topImage,
-// topInitrdSeg: layers.go).
+// Files the assemble step leaves in its output directory (and its layer:
+// layers.go).
 const (
 	kernelImage   = "vmlinuz"
 	kernelRelease = "kernel-release"
@@ -32,15 +32,14 @@ const (
 	initrdList    = "initrd-files.list"
 )
 
-// assembleStep lays the layers over the base image (files, units, users,
-// extracted and built binaries) and packs what they changed as the root's
-// top layer (layers.go). It also lifts out what later steps need from the
+// assembleStep lays the recipe's files, units and users over the lower
+// layers (base and binaries) and packs what they change as the root's top
+// layer (layers.go). It also lifts out what later steps need from the
 // tree: the kernel, its modules, os-release and the UEFI stub.
 type assembleStep struct {
 	r        *recipe.Recipe
-	base     string   // root-base step output
-	baseKey  string   // the root-base step's input key
-	binaries []binary // outputs of the oci and go steps
+	lowers   []string // layer step outputs below, bottom first
+	lowerKey string   // the input key of the step just below (it chains the rest)
 	modules  []string
 	epoch    int64
 	work     string
@@ -57,9 +56,9 @@ func (s *assembleStep) Name() string { return "assemble" }
 func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", assembleVersion)
-	// The base image is a function of its inputs: its key stands for it
-	// without hashing it again.
-	in.AddDigest("root-base", s.baseKey)
+	// The layers below are a function of their inputs: the key of the top
+	// one stands for them all without hashing them again.
+	in.AddDigest("lower-layers", s.lowerKey)
 	for _, f := range s.r.Files() {
 		d, err := digestTree(f.Source)
 		if err != nil {
@@ -75,61 +74,28 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 		in.Add("unit:"+u.Name, d+" enable="+strconv.FormatBool(u.Enable))
 	}
 	in.Add("sysusers", s.sysusers())
-	for _, b := range s.binaries {
-		d, err := digestFile(b.src)
-		if err != nil {
-			return nil, err
-		}
-		in.AddDigest("binary:"+b.dest, d)
-	}
 	in.Add("modules", strings.Join(s.modules, ","))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
 }
 
 func (s *assembleStep) Run(ctx context.Context, out string) error {
-	var upper string
-	err := inPrivateMounts(func() error {
-		tree, err := mountLayered(ctx, filepath.Join(s.base, baseImage), s.work)
-		if err != nil {
+	upper, err := overLayers(ctx, s.lowers, s.work, func(root *fsroot.Root) error {
+		if err := s.populate(ctx, root); err != nil {
 			return err
 		}
-		defer tree.unmount()
-		upper = tree.upper
-		// From here on every path in the tree resolves inside it, as in a
-		// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
-		// cannot make the builder write, remove or read host files.
-		root, err := fsroot.Open(tree.merged)
-		if err != nil {
+		if err := s.lift(root, out); err != nil {
 			return err
 		}
-		err = s.populate(ctx, root)
-		if err == nil {
-			err = s.lift(root, out)
-		}
-		if err == nil {
-			err = removeMachineState(root) // what the layers brought
-		}
-		root.Close()
-		if err != nil {
-			return err
-		}
-		return tree.unmount()
+		return removeMachineState(root) // what the layers brought
 	})
 	if err != nil {
 		return err
 	}
-	if err := cleanUpper(upper); err != nil {
-		return err
-	}
-	img := filepath.Join(out, topImage)
-	if err := mksquashfs(ctx, upper, img, s.epoch); err != nil {
-		return err
-	}
-	return writeLayerSegment(img, topLayerInitrd, filepath.Join(out, topInitrdSeg), s.epoch)
+	return squashLayer(ctx, upper, out, topLayerInitrd, s.epoch)
 }
 
-// populate lays the layers over the tree: files, units, users, binaries.
+// populate lays the recipe's files, units and users over the tree.
 func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 	if err := s.applyFiles(ctx, root); err != nil {
 		return err
@@ -137,10 +103,7 @@ func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 	if err := s.applyUnits(root); err != nil {
 		return err
 	}
-	if err := s.applyUsers(ctx, root); err != nil {
-		return err
-	}
-	return installBinaries(root, s.binaries)
+	return s.applyUsers(ctx, root)
 }
 
 // installBinaries puts the oci and go steps' files at their destinations.

@@ -171,10 +171,24 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, base: baseDir, baseKey: baseIn.Key(), binaries: binaries, modules: b.modules(), epoch: b.epoch, work: b.work})
+	layers, lowerKey := []string{baseDir}, baseIn.Key()
+	if len(binaries) > 0 {
+		bins := &binariesStep{base: baseDir, baseKey: baseIn.Key(), binaries: binaries, epoch: b.epoch, work: b.work}
+		binsIn, err := bins.Inputs()
+		if err != nil {
+			return nil, err
+		}
+		dir, err := b.run.Run(ctx, bins)
+		if err != nil {
+			return nil, err
+		}
+		layers, lowerKey = append(layers, dir), binsIn.Key()
+	}
+	asmDir, err := b.run.Run(ctx, &assembleStep{r: b.r, lowers: layers, lowerKey: lowerKey, modules: b.modules(), epoch: b.epoch, work: b.work})
 	if err != nil {
 		return nil, err
 	}
+	layers = append(layers, asmDir)
 	<-initDone
 	if initErr != nil {
 		return nil, initErr
@@ -184,7 +198,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		return nil, err
 	}
 	art := &artifactInputs{
-		base:         baseDir,
+		layers:       layers,
 		assembled:    asmDir,
 		noRootInitrd: filepath.Join(initrdDir, initrdFile),
 		cmdline:      b.cmdline(),

@@ -22,22 +22,49 @@ import (
 
 // The root image is layered (package rootstack): the base, the
 // bootstrapped packages, is squashed once per package set by the root-base
-// step; the assemble step squashes only what the layers change on top of
-// it. Both are cached, so changing a unit re-squashes kilobytes, and the
-// artifacts are joined from the two images.
+// step; the binaries step squashes the oci and go steps' files on top of it
+// (once per set of binaries); the assemble step squashes only what the
+// recipe's files, units and users change on top of those. Each is cached,
+// so changing a unit re-squashes kilobytes, and the artifacts are joined
+// from the images.
 
-const rootBaseVersion = "1"
-
-// Files of the root-base and assemble steps.
 const (
-	baseImage        = "base.squashfs"
-	baseInitrdSeg    = "initrd-base.cpio" // the base as an initrd segment
-	topImage         = "top.squashfs"
-	topInitrdSeg     = "initrd-top.cpio"
-	baseLayerInitrd  = "00-base"
-	topLayerInitrd   = "01-layers"
+	rootBaseVersion = "2"
+	binariesVersion = "1"
+)
+
+// Every layer step leaves its image and the image as an initrd segment.
+const (
+	layerImage       = "layer.squashfs"
+	layerSegment     = "layer.cpio"
 	overlayXattrPref = "trusted.overlay."
 )
+
+// Names of the layers in the initrd's RootLayersDir, bottom first by name.
+const (
+	baseLayerInitrd     = "00-base"
+	binariesLayerInitrd = "01-binaries"
+	topLayerInitrd      = "02-layers"
+)
+
+// squashLayer packs a layer step's tree (or overlay upper directory) as its
+// image and initrd segment in out.
+func squashLayer(ctx context.Context, tree, out, name string, epoch int64) error {
+	img := filepath.Join(out, layerImage)
+	if err := mksquashfs(ctx, tree, img, epoch); err != nil {
+		return err
+	}
+	return writeLayerSegment(img, name, filepath.Join(out, layerSegment), epoch)
+}
+
+// layerImages are the images of layer step outputs dirs.
+func layerImages(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		out = append(out, filepath.Join(d, layerImage))
+	}
+	return out
+}
 
 // rootBaseStep squashes the bootstrapped tree, less machine state, as the
 // root's base layer.
@@ -78,11 +105,77 @@ func (s *rootBaseStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	img := filepath.Join(out, baseImage)
-	if err := mksquashfs(ctx, dir, img, s.epoch); err != nil {
+	return squashLayer(ctx, dir, out, baseLayerInitrd, s.epoch)
+}
+
+// binariesStep puts the oci and go steps' files over the base: a layer of
+// their own, so that a unit or file change does not squash them again.
+type binariesStep struct {
+	base     string // root-base step output
+	baseKey  string
+	binaries []binary
+	epoch    int64
+	work     string
+}
+
+func (s *binariesStep) Name() string { return "binaries" }
+
+func (s *binariesStep) Inputs() (cache.Inputs, error) {
+	var in cache.Inputs
+	in.Add("step-version", binariesVersion)
+	in.AddDigest("root-base", s.baseKey)
+	for _, b := range s.binaries {
+		d, err := digestFile(b.src)
+		if err != nil {
+			return nil, err
+		}
+		in.AddDigest("binary:"+b.dest, d)
+	}
+	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	return in, nil
+}
+
+func (s *binariesStep) Run(ctx context.Context, out string) error {
+	upper, err := overLayers(ctx, []string{s.base}, s.work, func(root *fsroot.Root) error {
+		return installBinaries(root, s.binaries)
+	})
+	if err != nil {
 		return err
 	}
-	return writeLayerSegment(img, baseLayerInitrd, filepath.Join(out, baseInitrdSeg), s.epoch)
+	return squashLayer(ctx, upper, out, binariesLayerInitrd, s.epoch)
+}
+
+// overLayers runs change on the layer step outputs lowers (bottom first)
+// mounted with a writable overlay on top, in a mount namespace of its own,
+// and returns the overlay's upper directory: what change did, ready to be
+// squashed as the next layer.
+func overLayers(ctx context.Context, lowers []string, work string, change func(root *fsroot.Root) error) (string, error) {
+	var upper string
+	err := inPrivateMounts(func() error {
+		tree, err := mountLayered(ctx, layerImages(lowers), work)
+		if err != nil {
+			return err
+		}
+		defer tree.unmount()
+		upper = tree.upper
+		// Every path in the tree resolves inside it, as in a chroot: the
+		// tree's own symlinks (/var/run -> /run) or a layer's cannot make
+		// the builder write, remove or read host files.
+		root, err := fsroot.Open(tree.merged)
+		if err != nil {
+			return err
+		}
+		err = change(root)
+		root.Close()
+		if err != nil {
+			return err
+		}
+		return tree.unmount()
+	})
+	if err != nil {
+		return "", err
+	}
+	return upper, cleanUpper(upper)
 }
 
 // writeLayerSegment writes an uncompressed cpio archive holding img as the
@@ -136,29 +229,44 @@ func inPrivateMounts(f func() error) error {
 // whiteouts, replaced directories marked opaque, which is the form the
 // init's overlay reads in a lower layer.
 type layeredTree struct {
-	lower, upper, merged string
+	lowers        []string // bottom first
+	upper, merged string
 }
 
-// mountLayered mounts img (read-only, through a loop device) and an
-// overlay over it in a new directory under work.
-func mountLayered(ctx context.Context, img, work string) (*layeredTree, error) {
+// mountLayered mounts imgs (bottom first, read-only, through loop devices)
+// and a writable overlay over them in a new directory under work.
+func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree, error) {
 	dir, err := os.MkdirTemp(work, "layered-")
 	if err != nil {
 		return nil, err
 	}
-	t := &layeredTree{lower: filepath.Join(dir, "lower"), upper: filepath.Join(dir, "upper"), merged: filepath.Join(dir, "merged")}
+	t := &layeredTree{upper: filepath.Join(dir, "upper"), merged: filepath.Join(dir, "merged")}
 	ovlWork := filepath.Join(dir, "work")
-	for _, d := range []string{t.lower, t.upper, t.merged, ovlWork} {
+	for _, d := range []string{t.upper, t.merged, ovlWork} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if err := run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro", img, t.lower); err != nil {
-		return nil, fmt.Errorf("mount the base image (the builder needs root for loop devices and overlayfs): %w", err)
+	var lowerOpt []string // top first
+	for i, img := range imgs {
+		m := filepath.Join(dir, "lower"+strconv.Itoa(i))
+		if err := os.Mkdir(m, 0o755); err != nil {
+			t.unmount()
+			return nil, err
+		}
+		if err := run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro", img, m); err != nil {
+			t.unmount()
+			return nil, fmt.Errorf("mount layer %s (the builder needs root for loop devices and overlayfs): %w", img, err)
+		}
+		t.lowers = append(t.lowers, m)
+		lowerOpt = append([]string{m}, lowerOpt...)
+	}
+	if len(t.lowers) == 0 {
+		return nil, fmt.Errorf("no layer to build on")
 	}
 	// The upper directory's attributes become the root's: take the base's.
 	var st unix.Stat_t
-	if err := unix.Stat(t.lower, &st); err != nil {
+	if err := unix.Stat(t.lowers[0], &st); err != nil {
 		t.unmount()
 		return nil, err
 	}
@@ -172,7 +280,7 @@ func mountLayered(ctx context.Context, img, work string) (*layeredTree, error) {
 	}
 	// No index, redirects or metacopy: the upper directory must hold whole
 	// files, whiteouts and opaque markers only, readable as a lower layer.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off", t.lower, t.upper, ovlWork)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off", strings.Join(lowerOpt, ":"), t.upper, ovlWork)
 	if err := unix.Mount("overlay", t.merged, "overlay", 0, opts); err != nil {
 		t.unmount()
 		return nil, fmt.Errorf("mount overlay over the base image (%s): %w", opts, err)
@@ -180,10 +288,10 @@ func mountLayered(ctx context.Context, img, work string) (*layeredTree, error) {
 	return t, nil
 }
 
-// unmount detaches the overlay and the base; it is safe to call twice.
+// unmount detaches the overlay and the layers; it is safe to call twice.
 func (t *layeredTree) unmount() error {
 	var errs []error
-	for _, m := range []string{t.merged, t.lower} {
+	for _, m := range append([]string{t.merged}, t.lowers...) {
 		if err := unix.Unmount(m, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
 		}

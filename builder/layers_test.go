@@ -90,7 +90,7 @@ func TestLayeredTree(t *testing.T) {
 	var tree *layeredTree
 	err := inPrivateMounts(func() error {
 		var err error
-		if tree, err = mountLayered(ctx, baseImg, work); err != nil {
+		if tree, err = mountLayered(ctx, []string{baseImg}, work); err != nil {
 			return err
 		}
 		root, err := fsroot.Open(tree.merged)
@@ -181,14 +181,16 @@ func filepathWalk(t *testing.T, dir string, f func(p string)) {
 // hashed while written, and the root artifact cannot be mistaken for a
 // lone squashfs: it starts with the stack's magic, not the base's.
 func TestPXEArtifactsFromLayers(t *testing.T) {
-	base, asm := t.TempDir(), t.TempDir()
+	base, bins, asm := t.TempDir(), t.TempDir(), t.TempDir()
 	files := map[string]string{
-		filepath.Join(base, baseImage):     "hsqs base image",
-		filepath.Join(base, baseInitrdSeg): "base segment|",
-		filepath.Join(asm, topImage):       "hsqs top image",
-		filepath.Join(asm, topInitrdSeg):   "top segment|",
-		filepath.Join(asm, kernelImage):    "MZ kernel",
-		filepath.Join(asm, "noroot.img"):   "init segment",
+		filepath.Join(base, layerImage):   "hsqs base image",
+		filepath.Join(base, layerSegment): "base segment|",
+		filepath.Join(bins, layerImage):   "hsqs binaries image",
+		filepath.Join(bins, layerSegment): "binaries segment|",
+		filepath.Join(asm, layerImage):    "hsqs top image",
+		filepath.Join(asm, layerSegment):  "top segment|",
+		filepath.Join(asm, kernelImage):   "MZ kernel",
+		filepath.Join(asm, "noroot.img"):  "init segment",
 	}
 	for p, data := range files {
 		mustDo(t, os.WriteFile(p, []byte(data), 0o644))
@@ -197,7 +199,7 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 	set, err := parseOutputs([]string{"pxe"})
 	mustDo(t, err)
 	arts, err := writeArtifacts(t.Context(), set, &artifactInputs{
-		base: base, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
+		layers: []string{base, bins, asm}, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
 	}, out)
 	mustDo(t, err)
 	if len(arts) != 5 {
@@ -209,7 +211,7 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 			t.Errorf("%s: digest %s while writing, file %s", a.Path, a.SHA256, got)
 		}
 	}
-	if got := string(testutil.ReadFile(t, filepath.Join(out, fileInitrd))); got != "base segment|top segment|init segment" {
+	if got := string(testutil.ReadFile(t, filepath.Join(out, fileInitrd))); got != "base segment|binaries segment|top segment|init segment" {
 		t.Errorf("initrd.img = %q, want the layer segments before the init segment", got)
 	}
 	root := testutil.ReadFile(t, filepath.Join(out, fileRootfs))
@@ -218,7 +220,7 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 	}
 	parts, err := rootstack.Parse(root[:rootstack.HeaderSize], int64(len(root)))
 	mustDo(t, err)
-	for i, want := range []string{"hsqs base image", "hsqs top image"} {
+	for i, want := range []string{"hsqs base image", "hsqs binaries image", "hsqs top image"} {
 		if got := string(root[parts[i].Offset : parts[i].Offset+parts[i].Size]); got != want {
 			t.Errorf("part %d = %q, want %q", i, got, want)
 		}

@@ -53,9 +53,9 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
-	base          string // root-base step output (base image and its initrd segment)
-	assembled     string // assemble step output (kernel, top image, stub, ...)
-	noRootInitrd  string // the initrd without root image (disk boots, installs)
+	layers        []string // layer step outputs, bottom first: root-base, [binaries,] assemble
+	assembled     string   // assemble step output (kernel, stub, os-release, ...)
+	noRootInitrd  string   // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
 	name, version string
@@ -68,15 +68,17 @@ type artifactInputs struct {
 func (a *artifactInputs) kernel() string { return filepath.Join(a.assembled, kernelImage) }
 
 // rootLayers are the root's images, bottom first (the root stack's parts).
-func (a *artifactInputs) rootLayers() []string {
-	return []string{filepath.Join(a.base, baseImage), filepath.Join(a.assembled, topImage)}
-}
+func (a *artifactInputs) rootLayers() []string { return layerImages(a.layers) }
 
 // liveInitrdSegments make the live initrd: the root's layers as
 // uncompressed cpio segments (the kernel reads them first, then the
 // compressed one), then the initrd without root.
 func (a *artifactInputs) liveInitrdSegments() []string {
-	return []string{filepath.Join(a.base, baseInitrdSeg), filepath.Join(a.assembled, topInitrdSeg), a.noRootInitrd}
+	var segs []string
+	for _, d := range a.layers {
+		segs = append(segs, filepath.Join(d, layerSegment))
+	}
+	return append(segs, a.noRootInitrd)
 }
 
 // diskCmdline points the disk UKI's init at the root partition.
