@@ -18,11 +18,11 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "8"
+const assembleVersion = "10"
 
-// Files the assemble step leaves in its output directory.
+// Files the assemble step leaves in its output directory (and its layer:
+// layers.go).
 const (
-	rootImage     = "root.squashfs"
 	kernelImage   = "vmlinuz"
 	kernelRelease = "kernel-release"
 	osReleaseFile = "os-release"
@@ -32,18 +32,17 @@ const (
 	initrdList    = "initrd-files.list"
 )
 
-// assembleStep lays the layers over the bootstrapped tree (files, units,
-// users, extracted and built binaries) and packs the result as the
-// read-only root image. It also lifts out what later steps need from the
+// assembleStep lays the recipe's files, units and users over the lower
+// layers (base and binaries) and packs what they change as the root's top
+// layer (layers.go). It also lifts out what later steps need from the
 // tree: the kernel, its modules, os-release and the UEFI stub.
 type assembleStep struct {
-	r            *recipe.Recipe
-	bootstrap    string   // bootstrap step output
-	bootstrapKey string   // the bootstrap step's input key
-	binaries     []binary // outputs of the oci and go steps
-	modules      []string
-	epoch        int64
-	work         string
+	r        *recipe.Recipe
+	lowers   []string // layer step outputs below, bottom first
+	lowerKey string   // the input key of the step just below (it chains the rest)
+	modules  []string
+	epoch    int64
+	work     string
 }
 
 // binary is one file produced by an oci or go step, bound for dest.
@@ -57,9 +56,9 @@ func (s *assembleStep) Name() string { return "assemble" }
 func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", assembleVersion)
-	// The bootstrap output is a function of its inputs: its key stands for
-	// its 500+ MiB tarball without hashing it again.
-	in.AddDigest("bootstrap", s.bootstrapKey)
+	// The layers below are a function of their inputs: the key of the top
+	// one stands for them all without hashing them again.
+	in.AddDigest("lower-layers", s.lowerKey)
 	for _, f := range s.r.Files() {
 		d, err := digestTree(f.Source)
 		if err != nil {
@@ -75,48 +74,28 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 		in.Add("unit:"+u.Name, d+" enable="+strconv.FormatBool(u.Enable))
 	}
 	in.Add("sysusers", s.sysusers())
-	for _, b := range s.binaries {
-		d, err := digestFile(b.src)
-		if err != nil {
-			return nil, err
-		}
-		in.AddDigest("binary:"+b.dest, d)
-	}
 	in.Add("modules", strings.Join(s.modules, ","))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
 }
 
 func (s *assembleStep) Run(ctx context.Context, out string) error {
-	dir, err := os.MkdirTemp(s.work, "rootfs-")
+	upper, err := overLayers(ctx, s.lowers, s.work, func(root *fsroot.Root) error {
+		if err := s.populate(ctx, root); err != nil {
+			return err
+		}
+		if err := s.lift(root, out); err != nil {
+			return err
+		}
+		return removeMachineState(root) // what the layers brought
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", dir); err != nil {
-		return fmt.Errorf("unpack bootstrap: %w", err)
-	}
-	// From here on every path in the tree resolves inside it, as in a
-	// chroot: the tree's own symlinks (/var/run -> /run) or a layer's
-	// cannot make the builder write, remove or read host files.
-	root, err := fsroot.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	if err := s.populate(ctx, root); err != nil {
-		return err
-	}
-	if err := s.lift(root, out); err != nil {
-		return err
-	}
-	if err := removeMachineState(root); err != nil {
-		return err
-	}
-	return mksquashfs(ctx, dir, filepath.Join(out, rootImage), s.epoch)
+	return squashLayer(ctx, upper, out, topLayerInitrd, s.epoch)
 }
 
-// populate lays the layers over the tree: files, units, users, binaries.
+// populate lays the recipe's files, units and users over the tree.
 func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 	if err := s.applyFiles(ctx, root); err != nil {
 		return err
@@ -124,10 +103,7 @@ func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 	if err := s.applyUnits(root); err != nil {
 		return err
 	}
-	if err := s.applyUsers(ctx, root); err != nil {
-		return err
-	}
-	return installBinaries(root, s.binaries)
+	return s.applyUsers(ctx, root)
 }
 
 // installBinaries puts the oci and go steps' files at their destinations.
@@ -454,6 +430,9 @@ func removeMachineState(root *fsroot.Root) error {
 	// keeps the mode the image gave it.
 	mode := os.FileMode(0o444)
 	if fi, err := root.Lstat("/etc/machine-id"); err == nil && fi.Mode().IsRegular() {
+		if fi.Size() == 0 {
+			return nil // already fresh (the base's): no copy in the top layer
+		}
 		mode = fi.Mode().Perm()
 	}
 	return root.WriteFile("/etc/machine-id", strings.NewReader(""), mode)

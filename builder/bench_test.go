@@ -128,9 +128,16 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 		}
 		return p
 	}
+	layers := []string{dir("root-base")}
+	for _, l := range r.Resolved {
+		if len(l.Go)+len(l.OCI) > 0 { // the build had a binaries layer
+			layers = append(layers, dir("binaries"))
+			break
+		}
+	}
 	return &artifactInputs{
+		layers:       append(layers, dir("assemble")),
 		assembled:    dir("assemble"),
-		initrd:       filepath.Join(dir("initrd"), initrdFile),
 		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
 		cmdline:      r.Cmdline(),
 		epoch:        DefaultSourceDateEpoch,

@@ -206,8 +206,12 @@ type build struct {
 type flow struct {
 	bootDir string
 	sources [][]binary // per go/oci step, in recipe order
-	asmDir  string
-	initBin string
+	// layers are the root's layer step outputs so far, bottom first, and
+	// lowerKey the input key of the top one (it chains the rest).
+	layers   []string
+	lowerKey string
+	asmDir   string
+	initBin  string
 	art     *artifactInputs
 	arts    map[string][]osimage.Artifact // per artifact writer
 	sizes   map[string]int64              // per step: its output's bytes
@@ -278,53 +282,78 @@ func (b *build) nodes(f *flow, stage string) []node {
 		}
 	}
 	arch := b.r.Base.Architecture
+	bootKey := func() (string, error) {
+		in, err := boot.Inputs()
+		if err != nil {
+			return "", err
+		}
+		return in.Key(), nil
+	}
+	// The root in layers, each a cached step: the packages (root-base),
+	// the go/oci binaries, then what the layers add (assemble). A change
+	// above the base re-squashes only the layers above it.
+	lowerNode := func(name string, deps []string, s func() (Step, error)) node {
+		return node{
+			name: name, deps: deps, jobs: 1, mem: 1024,
+			make: func() (Step, error) {
+				st, err := s()
+				if err != nil {
+					return nil, err
+				}
+				in, err := st.Inputs()
+				if err != nil {
+					return nil, err
+				}
+				f.lowerKey = in.Key()
+				return bytesMetered{Step: st}, nil
+			},
+			use: func(dir string) error { f.layers = append(f.layers, dir); return nil },
+		}
+	}
+	ns = append(ns, lowerNode("root-base", []string{"bootstrap"}, func() (Step, error) {
+		key, err := bootKey()
+		if err != nil {
+			return nil, err
+		}
+		return &rootBaseStep{bootstrap: f.bootDir, bootstrapKey: key, epoch: b.epoch, work: b.work}, nil
+	}))
+	below := "root-base"
+	if len(sourceNames) > 0 {
+		ns = append(ns, lowerNode("binaries", append([]string{"root-base"}, sourceNames...), func() (Step, error) {
+			var bins []binary
+			for _, s := range f.sources {
+				bins = append(bins, s...)
+			}
+			return &binariesStep{base: f.layers[0], baseKey: f.lowerKey, binaries: bins, epoch: b.epoch, work: b.work}, nil
+		}))
+		below = "binaries"
+	}
 	ns = append(ns, node{
 		name: "init", jobs: 1, mem: 512,
 		make: func() (Step, error) { return &initStep{arch: arch, src: b.opts.Init, log: b.log}, nil },
 		use:  func(dir string) error { f.initBin = initBinary(dir); return nil },
 	}, node{
-		name: "assemble", deps: append([]string{"bootstrap"}, sourceNames...), jobs: 2, mem: 1024,
+		name: "assemble", deps: []string{below}, jobs: 2, mem: 1024,
 		make: func() (Step, error) {
-			bootIn, err := boot.Inputs()
-			if err != nil {
-				return nil, err
-			}
-			var bins []binary
-			for _, s := range f.sources {
-				bins = append(bins, s...)
-			}
-			return bytesMetered{Step: &assembleStep{r: b.r, bootstrap: f.bootDir, bootstrapKey: bootIn.Key(), binaries: bins, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
+			return bytesMetered{Step: &assembleStep{r: b.r, lowers: append([]string(nil), f.layers...), lowerKey: f.lowerKey, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
 		},
-		use: func(dir string) error { f.asmDir, f.art.assembled = dir, dir; return nil },
+		use: func(dir string) error {
+			f.asmDir, f.art.assembled = dir, dir
+			f.art.layers = append(append([]string(nil), f.layers...), dir)
+			return nil
+		},
+	}, node{
+		// The initrd without root: disk boots and root by URL; the live
+		// initrd is the root's layers before it (the initrd writer).
+		name: "initrd-noroot", deps: []string{"assemble", "init"}, jobs: 1, mem: 1024,
+		make: func() (Step, error) {
+			s := &initrdStep{assembled: f.asmDir, init: f.initBin, modules: b.modules(), epoch: b.epoch}
+			return bytesMetered{Step: s, total: func() int64 {
+				return dirSize(filepath.Join(f.asmDir, modulesDir)) + fileSize(f.initBin)
+			}}, nil
+		},
+		use: func(dir string) error { f.art.noRootInitrd = filepath.Join(dir, initrdFile); return nil },
 	})
-	initrdNode := func(withRoot bool) node {
-		s := &initrdStep{modules: b.modules(), epoch: b.epoch, withRoot: withRoot}
-		return node{
-			name: s.Name(), deps: []string{"assemble", "init"}, jobs: 1, mem: 1024,
-			make: func() (Step, error) {
-				s.assembled, s.init = f.asmDir, f.initBin
-				return bytesMetered{Step: s, total: func() int64 {
-					n := dirSize(filepath.Join(f.asmDir, modulesDir)) + fileSize(f.initBin)
-					if withRoot {
-						n += fileSize(filepath.Join(f.asmDir, rootImage))
-					}
-					return n
-				}}, nil
-			},
-			use: func(dir string) error {
-				if withRoot {
-					f.art.initrd = filepath.Join(dir, initrdFile)
-				} else {
-					f.art.noRootInitrd = filepath.Join(dir, initrdFile)
-				}
-				return nil
-			},
-		}
-	}
-	ns = append(ns, initrdNode(true))
-	if b.outputs["disk"] || b.outputs["pxe"] {
-		ns = append(ns, initrdNode(false))
-	}
 	for _, w := range artifactWriters(b.outputs, f.art, stage) {
 		ns = append(ns, node{name: w.name, deps: w.needs, jobs: 1, mem: 1024, writer: &w})
 	}
@@ -382,6 +411,10 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		if n.writer != nil {
 			arts = append(arts, f.arts[n.name]...)
 		}
+	}
+	sortArtifacts(arts)
+	if err := removeAside(stage); err != nil {
+		return nil, err
 	}
 	return b.publish(arts, f, stage, final)
 }

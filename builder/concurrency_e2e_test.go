@@ -183,7 +183,7 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 			t.Errorf("build %d made other artifacts than build 0:\n%v\n%v", i, got, want)
 		}
 	}
-	for _, step := range []string{"assemble", "initrd", "initrd-noroot"} {
+	for _, step := range []string{"root-base", "assemble", "initrd-noroot"} {
 		built := 0
 		for _, b := range builds {
 			if b.stepLine(step, "built in") {
@@ -196,7 +196,7 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 	}
 
 	// Round 2: without the later entries, kill -9 the build filling
-	// assemble while the others wait for it.
+	// root-base (the long step after bootstrap) while the others wait for it.
 	entries, _ := filepath.Glob(filepath.Join(cacheDir, "entries", "*"))
 	for _, e := range entries {
 		var m cache.Meta
@@ -210,9 +210,9 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 	victim := startConcurrentBuild(t, bin, recipePath, cacheDir, filepath.Join(tree, "victim"))
 	defer victim.cmd.Process.Kill()
 	deadline := time.Now().Add(5 * time.Minute)
-	for !victim.stepLine("assemble", "start") {
+	for !victim.stepLine("root-base", "start") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the first build never started assemble\n%s", victim.output())
+			t.Fatalf("the first build never started root-base\n%s", victim.output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -223,12 +223,12 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 	for {
 		all := true
 		for _, b := range builds {
-			all = all && b.waiting("assemble")
+			all = all && b.waiting("root-base")
 		}
 		if all {
 			break
 		}
-		if victim.stepLine("assemble", "built in") || time.Now().After(deadline) {
+		if victim.stepLine("root-base", "built in") || time.Now().After(deadline) {
 			t.Fatalf("could not catch the filler mid-step\nfiller:\n%s\nothers:\n%s", victim.output(), builds[0].output())
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -242,20 +242,20 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 		if got := artifactDigests(t, b.out); !reflect.DeepEqual(got, want) {
 			t.Errorf("build %d after the kill made other artifacts:\n%v\n%v", i, got, want)
 		}
-		if b.stepLine("assemble", "built in") {
+		if b.stepLine("root-base", "built in") {
 			took++
 		}
 	}
 	if took != 1 {
-		t.Errorf("after the kill, %d waiting builds computed assemble, want 1", took)
+		t.Errorf("after the kill, %d waiting builds computed root-base, want 1", took)
 	}
-	t.Logf("killed the filler mid-assemble; the waiters finished %.0fs later", time.Since(killedAt).Seconds())
+	t.Logf("killed the filler mid-root-base; the waiters finished %.0fs later", time.Since(killedAt).Seconds())
 	if _, err := os.Stat(filepath.Join(tree, "victim", osimage.ManifestFile)); err == nil {
 		t.Error("the killed build wrote an output")
 	}
 	next := startConcurrentBuild(t, bin, recipePath, cacheDir, filepath.Join(tree, "next"))
 	next.wait(t, "the build after")
-	for _, step := range []string{"bootstrap", "assemble", "initrd", "initrd-noroot"} {
+	for _, step := range []string{"bootstrap", "root-base", "assemble", "initrd-noroot"} {
 		if !next.stepLine(step, "cached") {
 			t.Errorf("the build after: %s not cached\n%s", step, next.output())
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
-const initrdVersion = "2"
+const initrdVersion = "3"
 
 const initrdFile = "initrd.img"
 
@@ -53,40 +53,27 @@ func liftModules(root *fsroot.Root, kver string, names []string, out string) err
 	return nil
 }
 
-// initrdStep packs the init, the kernel modules and the root image into the
-// live initrd.
+// initrdStep packs the init, the kernel modules and the tools the init runs
+// into the initrd without a root image (disk boots, root by URL). The live
+// initrd is this one after the root's layer segments (liveInitrd).
 type initrdStep struct {
 	assembled string
 	init      string
 	modules   []string
 	epoch     int64
-	// withRoot puts the root image inside (memory boots); without it the
-	// init finds the root on a partition (disk boots).
-	withRoot bool
 }
 
-func (s *initrdStep) Name() string {
-	if s.withRoot {
-		return "initrd"
-	}
-	return "initrd-noroot"
-}
+func (s *initrdStep) Name() string { return "initrd-noroot" }
 
 func (s *initrdStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", initrdVersion)
-	files := map[string]string{"init": s.init}
-	if s.withRoot {
-		files["root-image"] = filepath.Join(s.assembled, rootImage)
+	d, err := digestFile(s.init)
+	if err != nil {
+		return nil, err
 	}
-	for name, p := range files {
-		d, err := digestFile(p)
-		if err != nil {
-			return nil, err
-		}
-		in.AddDigest(name, d)
-	}
-	d, err := digestTree(filepath.Join(s.assembled, modulesDir))
+	in.AddDigest("init", d)
+	d, err = digestTree(filepath.Join(s.assembled, modulesDir))
 	if err != nil {
 		return nil, err
 	}
@@ -109,16 +96,11 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	root := ""
-	if s.withRoot {
-		root = filepath.Join(s.assembled, rootImage)
-	}
 	return initrd.Assemble(initrd.AssembleOptions{
 		InitBinary:      s.init,
 		RootFS:          filepath.Join(s.assembled, modulesDir),
 		KernelRelease:   kver,
 		Modules:         s.modules,
-		RootImage:       root,
 		Files:           strings.Fields(string(list)),
 		FilesRoot:       filepath.Join(s.assembled, initrdFiles),
 		SourceDateEpoch: s.epoch,

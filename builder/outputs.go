@@ -1,9 +1,12 @@
 package builder
 
 import (
+	"bufio"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +16,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ironcore-dev/os-builder/diskimage"
+	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/isoimage"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/uki"
@@ -49,9 +54,9 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
-	assembled     string // assemble step output (kernel, root image, stub, ...)
-	initrd        string // the live initrd, root image inside
-	noRootInitrd  string // the initrd without root image (disk boots, installs)
+	layers        []string // layer step outputs, bottom first: root-base, [binaries,] assemble
+	assembled     string   // assemble step output (kernel, stub, os-release, ...)
+	noRootInitrd  string   // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
 	name, version string
@@ -61,8 +66,21 @@ type artifactInputs struct {
 	cert          *x509.Certificate
 }
 
-func (a *artifactInputs) kernel() string    { return filepath.Join(a.assembled, kernelImage) }
-func (a *artifactInputs) rootImage() string { return filepath.Join(a.assembled, rootImage) }
+func (a *artifactInputs) kernel() string { return filepath.Join(a.assembled, kernelImage) }
+
+// rootLayers are the root's images, bottom first (the root stack's parts).
+func (a *artifactInputs) rootLayers() []string { return layerImages(a.layers) }
+
+// liveInitrdSegments make the live initrd: the root's layers as
+// uncompressed cpio segments (the kernel reads them first, then the
+// compressed one), then the initrd without root.
+func (a *artifactInputs) liveInitrdSegments() []string {
+	var segs []string
+	for _, d := range a.layers {
+		segs = append(segs, filepath.Join(d, layerSegment))
+	}
+	return append(segs, a.noRootInitrd)
+}
 
 // diskCmdline points the disk UKI's init at the root partition.
 func (a *artifactInputs) diskCmdline() string {
@@ -81,9 +99,88 @@ const (
 	fileISO     = "image.iso"
 )
 
-// artifactWriter writes some artifacts of an output directory. The build
-// runs the writers as steps of its graph, each once the steps (or writers)
-// it needs are done; writeArtifacts runs them one after another.
+// artifactDir writes artifact files into one directory, hashing them while
+// they are written, so that the manifest needs no second read. Writers run
+// concurrently (see artifactWriters).
+type artifactDir struct {
+	dir  string
+	mu   sync.Mutex
+	sums map[string]string // file name -> hex sha256, for files written here
+}
+
+func newArtifactDir(dir string) *artifactDir {
+	return &artifactDir{dir: dir, sums: map[string]string{}}
+}
+
+func (d *artifactDir) setSum(name, sum string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sums[name] = sum
+}
+
+// write creates name and fills it through fill, hashing what it writes.
+func (d *artifactDir) write(name string, fill func(w io.Writer) error) (err error) {
+	f, err := os.OpenFile(filepath.Join(d.dir, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	h := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	if err := fill(bw); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	d.setSum(name, hex.EncodeToString(h.Sum(nil)))
+	return nil
+}
+
+// concat writes the files srcs, one after the other, as name.
+func (d *artifactDir) concat(name string, srcs ...string) error {
+	return d.write(name, func(w io.Writer) error {
+		for _, src := range srcs {
+			f, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(w, f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("copy %s: %w", src, err)
+			}
+		}
+		return nil
+	})
+}
+
+// describe returns the manifest entry of name: the digest taken while it
+// was written, or, for files other writers made, read once.
+func (d *artifactDir) describe(kind osimage.ArtifactKind, name string) (osimage.Artifact, error) {
+	p := filepath.Join(d.dir, name)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return osimage.Artifact{}, err
+	}
+	d.mu.Lock()
+	sum, ok := d.sums[name]
+	d.mu.Unlock()
+	if !ok {
+		if sum, err = digestFile(p); err != nil {
+			return osimage.Artifact{}, err
+		}
+	}
+	return osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: sum}, nil
+}
+
+// artifactWriter writes some files of an output directory. The build runs
+// the writers as steps of its graph, each once the steps and writers it
+// needs are done; writeArtifacts runs them one after another.
 type artifactWriter struct {
 	name  string
 	needs []string // steps and writers whose outputs it reads
@@ -93,105 +190,148 @@ type artifactWriter struct {
 	write func(ctx context.Context) ([]osimage.Artifact, error)
 }
 
-// artifactWriters are the writers of the chosen artifacts into dir, in
-// manifest order. The ISO carries the UKI the uki writer made.
+// Files written aside in the staging directory when no chosen output
+// ships them, removed once the writers that read them are done
+// (removeAside).
+const (
+	asideInitrd = ".live-initrd.img"
+	asideRoot   = ".root-stack.img"
+	asideUKI    = ".iso-uki.efi"
+)
+
+// artifactWriters are the writers of the chosen artifacts into dir. The
+// live initrd and the root stack are artifacts of pxe and inputs of the
+// UKI and the disk: written once, aside when pxe does not ship them; the
+// ISO carries the UKI the uki writer made.
 func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWriter {
+	d := newArtifactDir(dir)
 	var ws []artifactWriter
-	describe := func(kind osimage.ArtifactKind, name string) (osimage.Artifact, error) {
-		p := filepath.Join(dir, name)
-		fi, err := os.Stat(p)
+	one := func(kind osimage.ArtifactKind, name string) ([]osimage.Artifact, error) {
+		a, err := d.describe(kind, name)
 		if err != nil {
-			return osimage.Artifact{}, err
+			return nil, err
 		}
-		d, err := digestFile(p)
-		if err != nil {
-			return osimage.Artifact{}, err
-		}
-		return osimage.Artifact{Kind: kind, Path: name, Size: fi.Size(), SHA256: d}, nil
+		return []osimage.Artifact{a}, nil
+	}
+	initrdName, rootName := fileInitrd, fileRootfs
+	if !out["pxe"] {
+		initrdName, rootName = asideInitrd, asideRoot
+	}
+	layerSteps := []string{"assemble", "initrd-noroot"}
+	if out["pxe"] || out["uki"] || out["iso"] {
+		p := filepath.Join(dir, initrdName)
+		ws = append(ws, artifactWriter{
+			name: "initrd", needs: layerSteps, files: []string{p},
+			size: func() int64 {
+				var n int64
+				for _, s := range in.liveInitrdSegments() {
+					n += fileSize(s)
+				}
+				return n
+			},
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				if err := d.concat(initrdName, in.liveInitrdSegments()...); err != nil {
+					return nil, fmt.Errorf("initrd: %w", err)
+				}
+				if !out["pxe"] {
+					return nil, nil
+				}
+				return one(osimage.KindInitrd, fileInitrd)
+			},
+		})
+	}
+	if out["pxe"] || out["disk"] {
+		p := filepath.Join(dir, rootName)
+		ws = append(ws, artifactWriter{
+			name: "root", needs: []string{"assemble"}, files: []string{p},
+			size: func() int64 {
+				var n int64
+				for _, l := range in.rootLayers() {
+					n += fileSize(l)
+				}
+				return n
+			},
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				err := d.write(rootName, func(w io.Writer) error {
+					_, err := rootstack.Write(w, in.rootLayers())
+					return err
+				})
+				if err != nil {
+					return nil, fmt.Errorf("root image: %w", err)
+				}
+				if !out["pxe"] {
+					return nil, nil
+				}
+				return one(osimage.KindRootfs, fileRootfs)
+			},
+		})
 	}
 	if out["pxe"] {
-		type copied struct {
-			kind osimage.ArtifactKind
-			src  func() string
-			name string
-		}
-		files := []copied{
-			{osimage.KindKernel, in.kernel, fileKernel},
-			{osimage.KindInitrd, func() string { return in.initrd }, fileInitrd},
-			{osimage.KindRootfs, in.rootImage, fileRootfs},
-			{osimage.KindInitrdNoRoot, func() string { return in.noRootInitrd }, fileNoRoot},
-		}
-		w := artifactWriter{name: "pxe", needs: []string{"assemble", "initrd", "initrd-noroot"}}
-		for _, f := range files {
-			w.files = append(w.files, filepath.Join(dir, f.name))
-		}
-		w.size = func() int64 {
-			var n int64
-			for _, f := range files {
-				n += fileSize(f.src())
-			}
-			return n
-		}
-		w.write = func(ctx context.Context) ([]osimage.Artifact, error) {
-			var arts []osimage.Artifact
-			for _, f := range files {
-				if err := copyFile(f.src(), filepath.Join(dir, f.name), 0o644); err != nil {
+		files := []string{filepath.Join(dir, fileKernel), filepath.Join(dir, fileNoRoot), filepath.Join(dir, fileCmdline)}
+		ws = append(ws, artifactWriter{
+			name: "pxe", needs: layerSteps, files: files,
+			size: func() int64 { return fileSize(in.kernel()) + fileSize(in.noRootInitrd) },
+			write: func(ctx context.Context) ([]osimage.Artifact, error) {
+				if err := d.concat(fileKernel, in.kernel()); err != nil {
 					return nil, fmt.Errorf("pxe: %w", err)
 				}
-				a, err := describe(f.kind, f.name)
-				if err != nil {
+				if err := d.concat(fileNoRoot, in.noRootInitrd); err != nil {
+					return nil, fmt.Errorf("pxe: %w", err)
+				}
+				if err := d.write(fileCmdline, func(w io.Writer) error { _, err := io.WriteString(w, in.cmdline+"\n"); return err }); err != nil {
 					return nil, err
 				}
-				arts = append(arts, a)
-			}
-			if err := os.WriteFile(filepath.Join(dir, fileCmdline), []byte(in.cmdline+"\n"), 0o644); err != nil {
-				return nil, err
-			}
-			a, err := describe(osimage.KindCmdline, fileCmdline)
-			if err != nil {
-				return nil, err
-			}
-			return append(arts, a), nil
-		}
-		ws = append(ws, w)
+				var arts []osimage.Artifact
+				for _, f := range []struct {
+					kind osimage.ArtifactKind
+					name string
+				}{{osimage.KindKernel, fileKernel}, {osimage.KindInitrdNoRoot, fileNoRoot}, {osimage.KindCmdline, fileCmdline}} {
+					a, err := d.describe(f.kind, f.name)
+					if err != nil {
+						return nil, err
+					}
+					arts = append(arts, a)
+				}
+				return arts, nil
+			},
+		})
 	}
 	// The ISO boots the same UKI; the uki writer puts it aside when only
-	// the ISO wants it, and the ISO writer removes it.
-	ukiPath := filepath.Join(dir, fileUKI)
+	// the ISO wants it.
+	ukiName := fileUKI
 	if !out["uki"] && out["iso"] {
-		ukiPath = filepath.Join(dir, ".iso-uki.efi")
+		ukiName = asideUKI
 	}
+	ukiPath := filepath.Join(dir, ukiName)
 	ukiSize := func() int64 {
-		return fileSize(in.kernel()) + fileSize(in.initrd) + fileSize(filepath.Join(in.assembled, stubFile))
+		return fileSize(in.kernel()) + fileSize(filepath.Join(dir, initrdName)) + fileSize(filepath.Join(in.assembled, stubFile))
 	}
 	if out["uki"] || out["iso"] {
 		ws = append(ws, artifactWriter{
-			name: "uki", needs: []string{"assemble", "initrd"}, files: []string{ukiPath}, size: ukiSize,
+			name: "uki", needs: []string{"initrd"}, files: []string{ukiPath}, size: ukiSize,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := in.writeUKI(ukiPath, in.initrd, in.cmdline); err != nil {
+				if err := in.writeUKI(d, ukiName, filepath.Join(dir, initrdName), in.cmdline); err != nil {
 					return nil, fmt.Errorf("uki: %w", err)
 				}
 				if !out["uki"] {
 					return nil, nil
 				}
-				a, err := describe(osimage.KindUKI, fileUKI)
-				return []osimage.Artifact{a}, err
+				return one(osimage.KindUKI, fileUKI)
 			},
 		})
 	}
 	if out["disk"] {
 		p := filepath.Join(dir, fileDisk)
 		ws = append(ws, artifactWriter{
-			name: "disk", needs: []string{"assemble", "initrd-noroot"}, files: []string{p, p + ".uki.tmp"},
+			name: "disk", needs: []string{"root", "initrd-noroot"}, files: []string{p, p + ".uki.tmp"},
 			size: func() int64 {
-				return fileSize(in.kernel()) + fileSize(in.noRootInitrd) + fileSize(in.rootImage()) + in.dataMiB<<20
+				return fileSize(in.kernel()) + fileSize(in.noRootInitrd) + fileSize(filepath.Join(dir, rootName)) + in.dataMiB<<20
 			},
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := in.writeDisk(p); err != nil {
+				if err := in.writeDisk(d, fileDisk, filepath.Join(dir, rootName)); err != nil {
 					return nil, fmt.Errorf("disk: %w", err)
 				}
-				a, err := describe(osimage.KindDisk, fileDisk)
-				return []osimage.Artifact{a}, err
+				return one(osimage.KindDisk, fileDisk)
 			},
 		})
 	}
@@ -200,9 +340,6 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		ws = append(ws, artifactWriter{
 			name: "iso", needs: []string{"uki"}, files: []string{p}, size: ukiSize,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if !out["uki"] {
-					defer os.Remove(ukiPath)
-				}
 				err := isoimage.Write(p, isoimage.Options{
 					Architecture:    in.arch,
 					UKI:             ukiPath,
@@ -213,12 +350,34 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 				if err != nil {
 					return nil, fmt.Errorf("iso: %w", err)
 				}
-				a, err := describe(osimage.KindISO, fileISO)
-				return []osimage.Artifact{a}, err
+				return one(osimage.KindISO, fileISO)
 			},
 		})
 	}
 	return ws
+}
+
+// removeAside deletes the files writers put aside for other writers.
+func removeAside(dir string) error {
+	for _, name := range []string{asideInitrd, asideRoot, asideUKI} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// artifactOrder is the manifest's order of artifact kinds, whatever order
+// the writers finished in.
+var artifactOrder = []osimage.ArtifactKind{
+	osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindInitrdNoRoot,
+	osimage.KindCmdline, osimage.KindUKI, osimage.KindDisk, osimage.KindISO,
+}
+
+func sortArtifacts(arts []osimage.Artifact) {
+	slices.SortStableFunc(arts, func(a, b osimage.Artifact) int {
+		return slices.Index(artifactOrder, a.Kind) - slices.Index(artifactOrder, b.Kind)
+	})
 }
 
 // writeArtifacts writes the chosen artifacts into dir one after another
@@ -232,7 +391,8 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		}
 		arts = append(arts, a...)
 	}
-	return arts, nil
+	sortArtifacts(arts)
+	return arts, removeAside(dir)
 }
 
 func fileSize(p string) int64 {
@@ -245,7 +405,7 @@ func fileSize(p string) int64 {
 
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and
 // a command line.
-func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
+func (a *artifactInputs) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error {
 	stub, err := os.ReadFile(filepath.Join(a.assembled, stubFile))
 	if err != nil {
 		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
@@ -266,30 +426,43 @@ func (a *artifactInputs) writeUKI(path, initrdPath, cmdline string) error {
 	if err != nil {
 		return err
 	}
-	return uki.BuildFile(path, uki.Options{
+	opts := uki.Options{
 		Stub: stub, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
 		OSRelease: string(osr), Uname: kver, SourceDateEpoch: a.epoch,
 		Signer: a.signer, Certificate: a.cert,
-	})
+	}
+	// The output directory is swapped in whole or not at all, so the UKI
+	// is written in place, hashed on the way.
+	err = d.write(name, func(w io.Writer) error { _, err := uki.Write(w, opts); return err })
+	if err != nil {
+		os.Remove(filepath.Join(d.dir, name))
+	}
+	return err
 }
 
 // writeDisk makes the GPT disk: its UKI boots a slim initrd that takes the
 // root image from the osb-root partition instead of carrying it, and the
 // empty osb-data partition after it makes the file boot as built.
-func (a *artifactInputs) writeDisk(path string) error {
+func (a *artifactInputs) writeDisk(d *artifactDir, name, rootStack string) error {
+	path := filepath.Join(d.dir, name)
 	ukiPath := path + ".uki.tmp"
 	defer os.Remove(ukiPath)
-	if err := a.writeUKI(ukiPath, a.noRootInitrd, a.diskCmdline()); err != nil {
+	if err := a.writeUKI(d, filepath.Base(ukiPath), a.noRootInitrd, a.diskCmdline()); err != nil {
 		return err
 	}
-	return diskimage.Write(path, diskimage.Options{
+	sum, err := diskimage.WriteDigest(path, diskimage.Options{
 		Architecture:    a.arch,
 		UKI:             ukiPath,
-		Root:            a.rootImage(),
+		Root:            rootStack,
 		DataSizeMiB:     a.dataMiB,
 		Seed:            a.name + "/" + a.version,
 		SourceDateEpoch: a.epoch,
 	})
+	if err != nil {
+		return err
+	}
+	d.setSum(name, sum)
+	return nil
 }
 
 // isoVolumeLabel is the recipe name as an ISO 9660 volume identifier.

@@ -15,7 +15,7 @@ import (
 // executables and keys must resolve inside the image, not on the host.
 func TestHypervisorUnitsVerify(t *testing.T) {
 	out := hypervisorOutput(t)
-	requireTools(t, "unsquashfs", "systemd-analyze")
+	requireTools(t, "systemd-analyze")
 	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/hypervisor.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,10 +30,7 @@ func TestHypervisorUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	root := filepath.Join(t.TempDir(), "root")
-	if b, err := exec.Command("unsquashfs", "-q", "-no-xattrs", "-d", root, filepath.Join(out, fileRootfs)).CombinedOutput(); err != nil {
-		t.Fatalf("unsquashfs: %v\n%s", err, b)
-	}
+	root := mountRootStack(t, filepath.Join(out, fileRootfs))
 	// No machine's identity may ship in an image every node boots.
 	for _, pattern := range machineState {
 		if m, _ := filepath.Glob(filepath.Join(root, pattern)); len(m) > 0 {

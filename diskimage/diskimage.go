@@ -16,6 +16,7 @@ import (
 
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -197,13 +198,21 @@ func Write(path string, opts Options) error {
 }
 
 func (l *Layout) write(f *os.File, opts Options) error {
+	return l.writeTo(f, f, opts)
+}
+
+// writeTo writes the image into f through w (f itself, or a hash of it),
+// at offsets that only go forward but for the backup GPT.
+func (l *Layout) writeTo(f *os.File, w io.WriterAt, opts Options) error {
 	if err := f.Truncate(l.DiskSize); err != nil {
 		return fmt.Errorf("sizing: %w", err)
 	}
-	if err := l.table(opts).Write(f, l.DiskSize); err != nil {
+	if err := l.table(opts).Write(writerFile{f, w}, l.DiskSize); err != nil {
 		return fmt.Errorf("writing GPT: %w", err)
 	}
-	if err := l.espImage.write(f, l.ESPStart, l.ESPSize, l.espFiles); err != nil {
+	// The FAT writer goes back and forth: it writes a scratch file that is
+	// then copied in, in order.
+	if err := l.writeESP(f, w); err != nil {
 		return fmt.Errorf("writing ESP: %w", err)
 	}
 	src, err := openInput(l.rootSource)
@@ -211,20 +220,47 @@ func (l *Layout) write(f *os.File, opts Options) error {
 		return fmt.Errorf("root image: %w", err)
 	}
 	defer src.Close()
-	if err := copySparse(f, l.RootStart, src, l.RootImageSize); err != nil {
+	if err := copySparse(w, l.RootStart, src, l.RootImageSize); err != nil {
 		return fmt.Errorf("copying root image %s: %w", l.rootSource, err)
 	}
 	if l.DataSize > 0 {
-		if err := l.writeData(f, opts); err != nil {
+		if err := l.writeData(f, w, opts); err != nil {
 			return fmt.Errorf("writing %s: %w", LabelData, err)
 		}
 	}
 	return nil
 }
 
+// writerFile is f with its writes going through w.
+type writerFile struct {
+	*os.File
+	w io.WriterAt
+}
+
+func (f writerFile) WriteAt(p []byte, off int64) (int, error) { return f.w.WriteAt(p, off) }
+
+func (l *Layout) writeESP(f *os.File, w io.WriterAt) error {
+	scratch, err := os.Create(f.Name() + ".esp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(scratch.Name())
+	defer scratch.Close()
+	if err := scratch.Truncate(l.ESPSize); err != nil {
+		return err
+	}
+	if err := l.espImage.write(scratch, 0, l.ESPSize, l.espFiles); err != nil {
+		return err
+	}
+	if _, err := scratch.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	return copySparse(w, l.ESPStart, scratch, l.ESPSize)
+}
+
 // writeData formats the data partition in a scratch file beside the image
 // and copies it in, sparsely.
-func (l *Layout) writeData(f *os.File, opts Options) error {
+func (l *Layout) writeData(f *os.File, w io.WriterAt, opts Options) error {
 	scratch := f.Name() + ".data"
 	defer os.Remove(scratch)
 	fs := ext4Image{Label: LabelData, Seed: opts.Seed, Epoch: opts.SourceDateEpoch, SizeByte: l.DataSize}
@@ -236,7 +272,7 @@ func (l *Layout) writeData(f *os.File, opts Options) error {
 		return err
 	}
 	defer src.Close()
-	return copySparse(f, l.DataStart, src, l.DataSize)
+	return copySparse(w, l.DataStart, src, l.DataSize)
 }
 
 // table is the GPT for the layout, with GUIDs derived from the seed.

@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 )
 
 // earlyMounts are the API file systems the init needs, later moved into the
@@ -118,17 +122,13 @@ func loadModule(path string) error {
 	return nil
 }
 
-// rootFSType tells squashfs from erofs by their magic numbers, so the root
-// image format can change without a new command line parameter.
-func rootFSType(src string) (string, error) {
-	f, err := os.Open(src)
-	if err != nil {
-		return "", fmt.Errorf("open root image: %w", err)
-	}
-	defer f.Close()
+// fsTypeAt tells squashfs from erofs by their magic numbers at offset off
+// of f, so the root image format can change without a new command line
+// parameter.
+func fsTypeAt(f *os.File, off int64) (string, error) {
 	buf := make([]byte, 1028)
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		return "", fmt.Errorf("read root image %s: %w", src, err)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return "", fmt.Errorf("read root image %s at %d: %w", f.Name(), off, err)
 	}
 	switch {
 	case string(buf[:4]) == "hsqs":
@@ -136,13 +136,95 @@ func rootFSType(src string) (string, error) {
 	case buf[1024] == 0xe2 && buf[1025] == 0xe1 && buf[1026] == 0xf5 && buf[1027] == 0xe0:
 		return "erofs", nil
 	}
-	return "", fmt.Errorf("root image %s is neither squashfs nor erofs", src)
+	return "", fmt.Errorf("root image %s at %d is neither squashfs nor erofs", f.Name(), off)
 }
 
-// mountRootImage mounts the read-only root image src at target: a block
-// device directly, a file through a read-only loop device.
-func mountRootImage(src, target string) error {
-	fstype, err := rootFSType(src)
+// mountRootLayers mounts the read-only layers of the root at src under
+// lowerDir (LowerDir) and returns the overlay's lowerdir option, top layer first. src
+// is one image (mounted at lowerDir), a root stack (rootstack: each part at
+// lowerDir/N through a loop device at its offset) or the initrd's
+// RootLayersDir (each file, bottom first by name, at lowerDir/N).
+func mountRootLayers(src, lowerDir string) (string, error) {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return "", fmt.Errorf("root image: %w", err)
+	}
+	type layer struct {
+		file         string
+		offset, size int64 // size 0: the whole file
+	}
+	var layers []layer
+	switch {
+	case fi.IsDir():
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			return "", fmt.Errorf("root layers: %w", err)
+		}
+		for _, e := range entries { // ReadDir sorts by name: bottom first
+			layers = append(layers, layer{file: filepath.Join(src, e.Name())})
+		}
+	default:
+		parts, err := stackParts(src)
+		if err != nil {
+			return "", err
+		}
+		if parts == nil {
+			return lowerDir, mountRootImage(src, lowerDir, 0, 0)
+		}
+		for _, p := range parts {
+			layers = append(layers, layer{src, p.Offset, p.Size})
+		}
+	}
+	if len(layers) == 0 || len(layers) > rootstack.MaxParts {
+		return "", fmt.Errorf("root %s: %d layers, want 1 to %d", src, len(layers), rootstack.MaxParts)
+	}
+	dirs := make([]string, len(layers))
+	for n, l := range layers {
+		target := filepath.Join(lowerDir, strconv.Itoa(n))
+		if err := mountRootImage(l.file, target, l.offset, l.size); err != nil {
+			return "", fmt.Errorf("root layer %d: %w", n, err)
+		}
+		dirs[len(layers)-1-n] = target // overlayfs lists the top layer first
+	}
+	return strings.Join(dirs, ":"), nil
+}
+
+// stackParts returns the parts of the root stack at src, or nil when src
+// is a plain image.
+func stackParts(src string) ([]rootstack.Part, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, fmt.Errorf("open root image: %w", err)
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd) // block devices too
+	if err != nil {
+		return nil, fmt.Errorf("root image %s: size: %w", src, err)
+	}
+	magic := make([]byte, len(rootstack.Magic))
+	if _, err := f.ReadAt(magic, 0); err != nil {
+		return nil, fmt.Errorf("read root image %s: %w", src, err)
+	}
+	if !rootstack.IsStack(magic) {
+		return nil, nil
+	}
+	parts, err := rootstack.Read(f, size)
+	if err != nil {
+		return nil, fmt.Errorf("root image %s: %w", src, err)
+	}
+	return parts, nil
+}
+
+// mountRootImage mounts the read-only image in src at target: a block
+// device directly, anything else (a file, or a part of a file or device at
+// offset, size bytes long) through a read-only loop device.
+func mountRootImage(src, target string, offset, size int64) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("open root image: %w", err)
+	}
+	fstype, err := fsTypeAt(f, offset)
+	f.Close()
 	if err != nil {
 		return err
 	}
@@ -151,8 +233,8 @@ func mountRootImage(src, target string) error {
 		return fmt.Errorf("root image: %w", err)
 	}
 	dev := src
-	if fi.Mode().IsRegular() {
-		if dev, err = attachLoop(src); err != nil {
+	if fi.Mode().IsRegular() || size != 0 {
+		if dev, err = attachLoop(src, offset, size); err != nil {
 			return err
 		}
 	}
@@ -165,12 +247,12 @@ func mountRootImage(src, target string) error {
 	return nil
 }
 
-// attachLoop attaches file read-only to a free loop device and returns the
-// device's path. The device detaches itself when its last user (the mount)
-// goes away. The file descriptors stay open until the init executes the
-// system's init (they are close-on-exec), by which time the mount holds
-// the device.
-func attachLoop(file string) (string, error) {
+// attachLoop attaches size bytes at offset of file (size 0: all of it)
+// read-only to a free loop device and returns the device's path. The
+// device detaches itself when its last user (the mount) goes away. The
+// file descriptors stay open until the init executes the system's init
+// (they are close-on-exec), by which time the mount holds the device.
+func attachLoop(file string, offset, size int64) (string, error) {
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
 	if err != nil {
 		return "", fmt.Errorf("open /dev/loop-control (is the loop module loaded?): %w", err)
@@ -193,7 +275,7 @@ func attachLoop(file string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		err = configureLoop(int(loopFile.Fd()), int(backing.Fd()), file)
+		err = configureLoop(int(loopFile.Fd()), int(backing.Fd()), file, offset, size)
 		if err == nil {
 			keepOpen = append(keepOpen, loopFile, backing)
 			return dev, nil
@@ -211,8 +293,8 @@ func attachLoop(file string) (string, error) {
 // keepOpen holds files that must stay open until exec.
 var keepOpen []*os.File
 
-func configureLoop(loopFD, backingFD int, name string) error {
-	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR}
+func configureLoop(loopFD, backingFD int, name string, offset, size int64) error {
+	info := unix.LoopInfo64{Flags: unix.LO_FLAGS_READ_ONLY | unix.LO_FLAGS_AUTOCLEAR, Offset: uint64(offset), Sizelimit: uint64(size)}
 	copy(info.File_name[:len(info.File_name)-1], name)
 	err := unix.IoctlLoopConfigure(loopFD, &unix.LoopConfig{Fd: uint32(backingFD), Info: info})
 	if err == nil {

@@ -32,6 +32,10 @@ const (
 	// RootImagePath is where the read-only root image sits in the initrd
 	// for osb.root=initrd.
 	RootImagePath = "/root.img"
+	// RootLayersDir holds the root's layers in the initrd instead, one
+	// image per file, bottom first by name. Each rides in its own cpio
+	// segment, so the builder reuses the big base segment byte for byte.
+	RootLayersDir = "/root.layers"
 	// ModuleListPath lists the kernel modules to load, one absolute path
 	// per line, in load order (dependencies first). Plain .ko files: the
 	// builder decompresses them, so the kernel needs no module
@@ -156,8 +160,7 @@ func (i *initProcess) run() error {
 		return err
 	}
 	i.debug = cfg.Debug
-	_, statErr := os.Stat(RootImagePath)
-	cfg.ResolveRoot(statErr == nil)
+	cfg.ResolveRoot(initrdRoot() != "")
 	i.logf("starting: mode=%s root=%s", cfg.Mode, cfg.Root)
 
 	if err := i.loadModules(ModuleListPath); err != nil {
@@ -185,10 +188,11 @@ func (i *initProcess) memoryMode(cfg *Config) error {
 		return err
 	}
 	i.debugf("root image: %s", src)
-	if err := mountRootImage(src, LowerDir); err != nil {
+	lower, err := mountRootLayers(src, LowerDir)
+	if err != nil {
 		return err
 	}
-	if err := mountOverlay(LowerDir, OverlayDir, SysrootDir); err != nil {
+	if err := mountOverlay(lower, OverlayDir, SysrootDir); err != nil {
 		return err
 	}
 	rootDev := ""
@@ -198,15 +202,26 @@ func (i *initProcess) memoryMode(cfg *Config) error {
 	return i.setupPersist(cfg, rootDev, SysrootDir)
 }
 
+// initrdRoot is the root the initrd carries, "" when it has none.
+func initrdRoot() string {
+	for _, p := range []string{RootLayersDir, RootImagePath} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
 // findRoot returns the file or block device holding the root image.
 func (i *initProcess) findRoot(cfg *Config) (string, error) {
 	r := cfg.Root
 	switch r.Kind {
 	case RootInitrd:
-		if _, err := os.Stat(RootImagePath); err != nil {
-			return "", fmt.Errorf("osb.root=initrd but the initrd has no %s", RootImagePath)
+		src := initrdRoot()
+		if src == "" {
+			return "", fmt.Errorf("osb.root=initrd but the initrd has neither %s nor %s", RootLayersDir, RootImagePath)
 		}
-		return RootImagePath, nil
+		return src, nil
 	case RootLabel, RootPartLabel:
 		i.logf("waiting up to %v for %s", DeviceWait, r)
 		return waitForBlockDevice(DeviceRef(r), DeviceWait)

@@ -1,0 +1,232 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/rootstack"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+)
+
+// mountRootStack mounts a root stack read-only the way the init stacks it
+// (each part through a loop device at its offset, overlayfs lowerdir
+// top:...:base) and returns the merged tree; unmounted at cleanup.
+func mountRootStack(t testing.TB, stack string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "root (loop devices and mounts)")
+	}
+	f, err := os.Open(stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	parts, err := rootstack.Read(f, fi.Size())
+	f.Close()
+	if errors.Is(err, rootstack.ErrNotStack) { // a flat image, as older builds made
+		parts, err = []rootstack.Part{{Offset: 0, Size: fi.Size()}}, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var lowers []string
+	for i, p := range parts {
+		m := filepath.Join(dir, fmt.Sprint(i))
+		if err := os.Mkdir(m, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Run(t, "mount", "-t", "squashfs", "-o", fmt.Sprintf("loop,ro,offset=%d,sizelimit=%d", p.Offset, p.Size), stack, m)
+		t.Cleanup(func() { unix.Unmount(m, unix.MNT_DETACH) })
+		lowers = append([]string{m}, lowers...)
+	}
+	merged := filepath.Join(dir, "merged")
+	if err := os.Mkdir(merged, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if len(lowers) == 1 {
+		return lowers[0]
+	}
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(lowers, ":")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(merged, unix.MNT_DETACH) })
+	return merged
+}
+
+// TestLayeredTree: what the layers do to the mounted base (write, replace,
+// delete, replace a directory) comes out of the top layer, stacked on the
+// base as the init stacks it, as the same tree a flat image would hold:
+// deletions as whiteouts, replaced directories opaque, and no overlayfs
+// bookkeeping of the build's own mount in the image.
+func TestLayeredTree(t *testing.T) {
+	requireTools(t, "mksquashfs")
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "root (loop devices and mounts)")
+	}
+	ctx := context.Background()
+	work := t.TempDir()
+	base := filepath.Join(work, "base")
+	for p, data := range map[string]string{
+		"etc/unit":             "base unit",
+		"etc/ssh/host_key":     "secret",
+		"usr/share/old/a":      "a",
+		"usr/share/old/b":      "b",
+		"usr/bin/tool":         "tool",
+		"etc/machine-id":       "",
+		"var/lib/keep/ordinal": "1",
+	} {
+		mustDo(t, os.MkdirAll(filepath.Join(base, filepath.Dir(p)), 0o755))
+		mustDo(t, os.WriteFile(filepath.Join(base, p), []byte(data), 0o644))
+	}
+	baseImg := filepath.Join(work, "base.squashfs")
+	mustDo(t, mksquashfs(ctx, base, baseImg, DefaultSourceDateEpoch))
+
+	var tree *layeredTree
+	err := inPrivateMounts(func() error {
+		var err error
+		if tree, err = mountLayered(ctx, []string{baseImg}, work); err != nil {
+			return err
+		}
+		root, err := fsroot.Open(tree.merged)
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		for _, err := range []error{
+			root.WriteFile("/etc/unit", strings.NewReader("layer unit"), 0o644),
+			root.Remove("/etc/ssh/host_key"),
+			root.RemoveAll("/usr/share/old"),
+			root.MkdirAll("/usr/share/old", 0o755),
+			root.WriteFile("/usr/share/old/new", strings.NewReader("new"), 0o644),
+			root.Chmod("/var/lib/keep/ordinal", 0o600), // a metadata-only change
+		} {
+			if err != nil {
+				return err
+			}
+		}
+		return nil // no unmount: the namespace goes with the thread
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The mounts stayed in the namespace: this thread, in the namespace the
+	// test started in, never saw them.
+	runtime.LockOSThread()
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	runtime.UnlockOSThread()
+	if err != nil || strings.Contains(string(b), tree.merged) {
+		t.Errorf("the overlay shows outside its namespace (%v)", err)
+	}
+	mustDo(t, cleanUpper(tree.upper))
+	topImg := filepath.Join(work, "top.squashfs")
+	mustDo(t, mksquashfs(ctx, tree.upper, topImg, DefaultSourceDateEpoch))
+
+	// Only the overlay's opaque markers may remain.
+	filepathWalk(t, tree.upper, func(p string) {
+		names, err := listXattrs(p)
+		mustDo(t, err)
+		for _, n := range names {
+			if strings.HasPrefix(n, overlayXattrPref) && n != overlayXattrPref+"opaque" {
+				t.Errorf("%s keeps %s", p, n)
+			}
+		}
+	})
+	if fi, err := os.Stat(topImg); err != nil || fi.Size() > 64<<10 {
+		t.Errorf("top layer %v bytes: want only what changed", fi.Size())
+	}
+
+	stack := filepath.Join(work, "root.img")
+	sf, err := os.Create(stack)
+	mustDo(t, err)
+	_, err = rootstack.Write(sf, []string{baseImg, topImg})
+	mustDo(t, err)
+	mustDo(t, sf.Close())
+	merged := mountRootStack(t, stack)
+	for p, want := range map[string]string{"etc/unit": "layer unit", "usr/share/old/new": "new", "usr/bin/tool": "tool", "var/lib/keep/ordinal": "1"} {
+		if b, err := os.ReadFile(filepath.Join(merged, p)); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	for _, gone := range []string{"etc/ssh/host_key", "usr/share/old/a", "usr/share/old/b"} {
+		if _, err := os.Lstat(filepath.Join(merged, gone)); !os.IsNotExist(err) {
+			t.Errorf("%s: %v; want it gone", gone, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(merged, "var/lib/keep/ordinal")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("var/lib/keep/ordinal: %v, %v; want mode 0600 from the top layer", fi, err)
+	}
+	if fi, err := os.Stat(merged); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("root directory: %v, %v; want the base's 0755", fi, err)
+	}
+}
+
+func filepathWalk(t *testing.T, dir string, f func(p string)) {
+	t.Helper()
+	mustDo(t, filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err == nil {
+			f(p)
+		}
+		return err
+	}))
+}
+
+// TestPXEArtifactsFromLayers: the pxe artifacts are joined from the layers
+// (root stack, live initrd = layer segments then the initrd without root),
+// hashed while written, and the root artifact cannot be mistaken for a
+// lone squashfs: it starts with the stack's magic, not the base's.
+func TestPXEArtifactsFromLayers(t *testing.T) {
+	base, bins, asm := t.TempDir(), t.TempDir(), t.TempDir()
+	files := map[string]string{
+		filepath.Join(base, layerImage):   "hsqs base image",
+		filepath.Join(base, layerSegment): "base segment|",
+		filepath.Join(bins, layerImage):   "hsqs binaries image",
+		filepath.Join(bins, layerSegment): "binaries segment|",
+		filepath.Join(asm, layerImage):    "hsqs top image",
+		filepath.Join(asm, layerSegment):  "top segment|",
+		filepath.Join(asm, kernelImage):   "MZ kernel",
+		filepath.Join(asm, "noroot.img"):  "init segment",
+	}
+	for p, data := range files {
+		mustDo(t, os.WriteFile(p, []byte(data), 0o644))
+	}
+	out := t.TempDir()
+	set, err := parseOutputs([]string{"pxe"})
+	mustDo(t, err)
+	arts, err := writeArtifacts(t.Context(), set, &artifactInputs{
+		layers: []string{base, bins, asm}, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
+	}, out)
+	mustDo(t, err)
+	if len(arts) != 5 {
+		t.Fatalf("%d artifacts, want 5: %+v", len(arts), arts)
+	}
+	for _, a := range arts {
+		p := filepath.Join(out, a.Path)
+		if got := testutil.FileSHA256(t, p); got != a.SHA256 {
+			t.Errorf("%s: digest %s while writing, file %s", a.Path, a.SHA256, got)
+		}
+	}
+	if got := string(testutil.ReadFile(t, filepath.Join(out, fileInitrd))); got != "base segment|binaries segment|top segment|init segment" {
+		t.Errorf("initrd.img = %q, want the layer segments before the init segment", got)
+	}
+	root := testutil.ReadFile(t, filepath.Join(out, fileRootfs))
+	if !rootstack.IsStack(root) {
+		t.Fatalf("root.squashfs starts with %q, want the root stack magic", root[:8])
+	}
+	parts, err := rootstack.Parse(root[:rootstack.HeaderSize], int64(len(root)))
+	mustDo(t, err)
+	for i, want := range []string{"hsqs base image", "hsqs binaries image", "hsqs top image"} {
+		if got := string(root[parts[i].Offset : parts[i].Offset+parts[i].Size]); got != want {
+			t.Errorf("part %d = %q, want %q", i, got, want)
+		}
+	}
+}
