@@ -382,8 +382,12 @@ func sortArtifacts(arts []osimage.Artifact) {
 
 // writeArtifacts writes the chosen artifacts into dir one after another
 // and describes them.
-func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir string) ([]osimage.Artifact, error) {
-	var arts []osimage.Artifact
+func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir string) (arts []osimage.Artifact, err error) {
+	defer func() {
+		if rerr := removeAside(dir); err == nil && rerr != nil {
+			arts, err = nil, rerr
+		}
+	}()
 	for _, w := range artifactWriters(out, in, dir) {
 		a, err := w.write(ctx)
 		if err != nil {
@@ -392,7 +396,7 @@ func writeArtifacts(ctx context.Context, out outputSet, in *artifactInputs, dir 
 		arts = append(arts, a...)
 	}
 	sortArtifacts(arts)
-	return arts, removeAside(dir)
+	return arts, nil
 }
 
 func fileSize(p string) int64 {
