@@ -143,15 +143,12 @@ func BenchmarkMkosi(b *testing.B) {
 		mkosiDisk = "not built (" + firstError(disk.out) + ")"
 	}
 
-	boot := bootToMultiUser(b, filepath.Join(work, "out", "disk.raw"))
-
 	ratio := func(a, c run) float64 { return a.wall.Seconds() / c.wall.Seconds() }
 	b.ReportMetric(o.cold.wall.Seconds(), "builder-cold-s")
 	b.ReportMetric(m.cold.wall.Seconds(), "mkosi-cold-s")
 	b.ReportMetric(ratio(o.cold, m.cold), "cold-ratio")
 	b.ReportMetric(ratio(o.warm, m.warm), "warm-ratio")
 	b.ReportMetric(ratio(o.oneFile, m.oneFile), "one-file-ratio")
-	b.ReportMetric(boot.Seconds(), "builder-boot-s")
 	var t strings.Builder
 	fmt.Fprintf(&t, "\n%-28s %12s %12s %8s\n", "same package set", "builder", "mkosi 14", "ratio")
 	row := func(name string, a, c run) {
@@ -162,10 +159,13 @@ func BenchmarkMkosi(b *testing.B) {
 	row("one file changed", o.oneFile, m.oneFile)
 	fmt.Fprintf(&t, "%-28s %11.0fM %11.0fM %8.3f\n", "output size", mib(o.size), mib(m.size), float64(o.size)/float64(m.size))
 	fmt.Fprintf(&t, "%-28s %11.0fM %11.0fM\n", "peak RSS (cold)", mib(o.cold.maxRSS), mib(m.cold.maxRSS))
-	fmt.Fprintf(&t, "%-28s %11.1fs %12s\n", "boot to multi-user (disk)", boot.Seconds(), "-")
 	fmt.Fprintf(&t, "builder: UKI + disk.raw; mkosi: Format=directory (tree, kernel, no initrd)\n")
 	fmt.Fprintf(&t, "mkosi gpt_ext4 --bootable: %s\n", mkosiDisk)
 	b.Log(t.String())
+
+	boot := bootToMultiUser(b, filepath.Join(work, "out", "disk.raw"))
+	b.ReportMetric(boot.Seconds(), "builder-boot-s")
+	b.Logf("builder's disk.raw: firmware to multi-user.target in %.1fs, no failed unit", boot.Seconds())
 }
 
 // fillMkosiExtra gives mkosi's image what the builder's layer adds: the

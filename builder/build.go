@@ -212,10 +212,10 @@ type flow struct {
 	lowerKey string
 	asmDir   string
 	initBin  string
-	art     *artifactInputs
-	arts    map[string][]osimage.Artifact // per artifact writer
-	sizes   map[string]int64              // per step: its output's bytes
-	mu      sync.Mutex
+	art      *artifactInputs
+	arts     map[string][]osimage.Artifact // per artifact writer
+	sizes    map[string]int64              // per step: its output's bytes
+	mu       sync.Mutex
 }
 
 // node is one step of the build graph: a cached step (make builds it once
