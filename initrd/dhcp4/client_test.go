@@ -2,7 +2,6 @@ package dhcp4
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -15,25 +14,12 @@ import (
 // TestExchangeWithDnsmasq gets a lease from Debian's dnsmasq over a veth
 // pair between two network namespaces, with options 26 and 121.
 func TestExchangeWithDnsmasq(t *testing.T) {
-	if !netns.Inside() {
-		srv, cli := netns.New(t), netns.New(t)
-		netns.Veth(t, srv, "s0", cli, "c0")
-		srv.Run(t, "ip", "addr", "add", "192.0.2.1/24", "dev", "s0")
-		log := srv.Dnsmasq(t, "--interface=s0", "--dhcp-range=192.0.2.100,192.0.2.150,255.255.255.0,1h",
-			"--dhcp-option=3,192.0.2.254", "--dhcp-option=6,192.0.2.53", "--dhcp-option=26,1400",
-			"--dhcp-option=121,198.51.100.0/24,192.0.2.7,0.0.0.0/0,192.0.2.1")
-		time.Sleep(300 * time.Millisecond) // dnsmasq binds
-		defer func() {
-			if t.Failed() {
-				t.Logf("dnsmasq:\n%s", log())
-			}
-		}()
-		netns.RunInside(t, cli)
+	ifi := netns.DnsmasqClient(t, []string{"192.0.2.1/24"},
+		"--dhcp-range=192.0.2.100,192.0.2.150,255.255.255.0,1h",
+		"--dhcp-option=3,192.0.2.254", "--dhcp-option=6,192.0.2.53", "--dhcp-option=26,1400",
+		"--dhcp-option=121,198.51.100.0/24,192.0.2.7,0.0.0.0/0,192.0.2.1")
+	if ifi == nil {
 		return
-	}
-	ifi, err := net.InterfaceByName("c0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -63,17 +49,9 @@ func TestExchangeWithDnsmasq(t *testing.T) {
 // TestExchangeCancelled: a cancelled context ends the exchange at once,
 // so the IPv6 path winning does not wait for DHCPv4's retransmissions.
 func TestExchangeCancelled(t *testing.T) {
-	if !netns.Inside() {
-		ns := netns.New(t)
-		ns.Run(t, "ip", "link", "add", "c0", "type", "veth", "peer", "name", "c1")
-		ns.Run(t, "ip", "link", "set", "c0", "up")
-		ns.Run(t, "ip", "link", "set", "c1", "up")
-		netns.RunInside(t, ns)
+	ifi := netns.LoneLink(t)
+	if ifi == nil {
 		return
-	}
-	ifi, err := net.InterfaceByName("c0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

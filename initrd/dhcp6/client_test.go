@@ -2,7 +2,6 @@ package dhcp6
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,23 +13,11 @@ import (
 // DHCPv6 range, DNS servers, boot file URL) over a veth pair between two
 // network namespaces.
 func TestExchangeWithDnsmasq(t *testing.T) {
-	if !netns.Inside() {
-		srv, cli := netns.New(t), netns.New(t)
-		netns.Veth(t, srv, "s0", cli, "c0")
-		srv.Run(t, "ip", "addr", "add", "fd00:db8::1/64", "dev", "s0", "nodad")
-		log := srv.Dnsmasq(t, "--interface=s0", "--enable-ra", "--dhcp-range=fd00:db8::100,fd00:db8::1ff,64,1h",
-			"--dhcp-option=option6:dns-server,[fd00:db8::53]", "--dhcp-option=option6:bootfile-url,http://[fd00:db8::1]:8080/uki.efi")
-		defer func() {
-			if t.Failed() {
-				t.Logf("dnsmasq:\n%s", log())
-			}
-		}()
-		netns.RunInside(t, cli)
+	ifi := netns.DnsmasqClient(t, []string{"fd00:db8::1/64"},
+		"--enable-ra", "--dhcp-range=fd00:db8::100,fd00:db8::1ff,64,1h",
+		"--dhcp-option=option6:dns-server,[fd00:db8::53]", "--dhcp-option=option6:bootfile-url,http://[fd00:db8::1]:8080/uki.efi")
+	if ifi == nil {
 		return
-	}
-	ifi, err := net.InterfaceByName("c0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -53,17 +40,9 @@ func TestExchangeWithDnsmasq(t *testing.T) {
 
 // TestExchangeCancelled: a cancelled context ends the exchange at once.
 func TestExchangeCancelled(t *testing.T) {
-	if !netns.Inside() {
-		ns := netns.New(t)
-		ns.Run(t, "ip", "link", "add", "c0", "type", "veth", "peer", "name", "c1")
-		ns.Run(t, "ip", "link", "set", "c0", "up")
-		ns.Run(t, "ip", "link", "set", "c1", "up")
-		netns.RunInside(t, ns)
+	ifi := netns.LoneLink(t)
+	if ifi == nil {
 		return
-	}
-	ifi, err := net.InterfaceByName("c0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

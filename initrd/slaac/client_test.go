@@ -2,7 +2,6 @@ package slaac
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,23 +13,11 @@ import (
 // dnsmasq (enable-ra, a SLAAC range, RDNSS) over a veth pair between two
 // network namespaces.
 func TestSolicitFromDnsmasq(t *testing.T) {
-	if !netns.Inside() {
-		srv, cli := netns.New(t), netns.New(t)
-		netns.Veth(t, srv, "s0", cli, "c0")
-		srv.Run(t, "ip", "addr", "add", "fd00:db8::1/64", "dev", "s0", "nodad")
-		log := srv.Dnsmasq(t, "--interface=s0", "--enable-ra", "--dhcp-range=fd00:db8::,ra-only,64,1h",
-			"--dhcp-option=option6:dns-server,[fd00:db8::53]", "--ra-param=s0,mtu:1400,0,900")
-		defer func() {
-			if t.Failed() {
-				t.Logf("dnsmasq:\n%s", log())
-			}
-		}()
-		netns.RunInside(t, cli)
+	ifi := netns.DnsmasqClient(t, []string{"fd00:db8::1/64"},
+		"--enable-ra", "--dhcp-range=fd00:db8::,ra-only,64,1h",
+		"--dhcp-option=option6:dns-server,[fd00:db8::53]", "--ra-param=s0,mtu:1400,0,900")
+	if ifi == nil {
 		return
-	}
-	ifi, err := net.InterfaceByName("c0")
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -11,10 +11,12 @@ package netns
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
@@ -123,4 +125,59 @@ func (ns *NS) Dnsmasq(t testing.TB, args ...string) func() string {
 		cmd.Wait()
 	})
 	return log.String
+}
+
+// DnsmasqClient runs the calling test again as a client on "c0", linked by
+// a veth pair to a namespace where dnsmasq serves args on "s0", which has
+// the addresses addrs (IPv6 ones without duplicate address detection).
+// In the outer run it returns nil once the inner run passed (the caller
+// returns); in the inner run it returns c0.
+func DnsmasqClient(t *testing.T, addrs []string, args ...string) *net.Interface {
+	t.Helper()
+	if !Inside() {
+		srv, cli := New(t), New(t)
+		Veth(t, srv, "s0", cli, "c0")
+		for _, a := range addrs {
+			ip := []string{"addr", "add", a, "dev", "s0"}
+			if strings.Contains(a, ":") {
+				ip = append(ip, "nodad")
+			}
+			srv.Run(t, "ip", ip...)
+		}
+		log := srv.Dnsmasq(t, append([]string{"--interface=s0"}, args...)...)
+		time.Sleep(300 * time.Millisecond) // dnsmasq binds its sockets
+		defer func() {
+			if t.Failed() {
+				t.Logf("dnsmasq:\n%s", log())
+			}
+		}()
+		RunInside(t, cli)
+		return nil
+	}
+	return link(t, "c0")
+}
+
+// LoneLink runs the calling test again with "c0" up on a veth pair whose
+// other end nothing serves: what a client sees on a network without
+// servers. Outer run: nil once the inner run passed; inner run: c0.
+func LoneLink(t *testing.T) *net.Interface {
+	t.Helper()
+	if !Inside() {
+		ns := New(t)
+		ns.Run(t, "ip", "link", "add", "c0", "type", "veth", "peer", "name", "c1")
+		ns.Run(t, "ip", "link", "set", "c0", "up")
+		ns.Run(t, "ip", "link", "set", "c1", "up")
+		RunInside(t, ns)
+		return nil
+	}
+	return link(t, "c0")
+}
+
+func link(t *testing.T, name string) *net.Interface {
+	t.Helper()
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ifi
 }
