@@ -137,7 +137,12 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err := PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
 		return nil, err
 	}
-	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch}
+	boot := &bootstrapStep{r: b.r, packages: b.packages(outputs), epoch: b.epoch, work: b.work, logf: b.log.Infof}
+	if !b.opts.NoCache {
+		// The work directory is in the cache directory: staged and fresh
+		// .debs are renamed and linked within one file system.
+		boot.debs = newDebPool(b.opts.CacheDir, b.r.Base.Mirror, b.r.Base.Release)
+	}
 	bootIn, err := boot.Inputs()
 	if err != nil {
 		return nil, err

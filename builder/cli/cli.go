@@ -216,8 +216,9 @@ func newCache(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			freed, err := s.Prune(olderThan)
-			fmt.Fprintf(stdout, "freed %s\n", humanBytes(freed))
-			return err
+			debs, derr := builder.PruneDebs(dir, olderThan)
+			fmt.Fprintf(stdout, "freed %s\n", humanBytes(freed+debs))
+			return errors.Join(err, derr)
 		},
 	}
 	prune.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
