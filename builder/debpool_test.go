@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -373,4 +374,58 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestDebPoolConcurrent: builds publishing the same .debs and staging from
+// the pool at once never see a partial or mismatched file.
+func TestDebPoolConcurrent(t *testing.T) {
+	cacheDir, work := t.TempDir(), t.TempDir()
+	p := newDebPool(cacheDir, "http://deb.example/debian", "bookworm")
+	content := func(i int) string { return strings.Repeat(fmt.Sprintf("package %d ", i), 5000) }
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for round := 0; round < 5; round++ {
+				dir := filepath.Join(work, fmt.Sprintf("g%d-r%d", g, round))
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					errs <- err
+					return
+				}
+				if g%2 == 0 {
+					for i := 0; i < 20; i++ {
+						if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("pkg%d_1.0_amd64.deb", i)), []byte(content(i)), 0o644); err != nil {
+							errs <- err
+							return
+						}
+					}
+					if _, err := p.publish(dir); err != nil {
+						errs <- err
+					}
+					continue
+				}
+				if _, err := p.stage(dir, func(f string, a ...any) { errs <- fmt.Errorf(f, a...) }); err != nil {
+					errs <- err
+				}
+				des, _ := os.ReadDir(dir)
+				for _, de := range des {
+					var i int
+					fmt.Sscanf(de.Name(), "pkg%d_", &i)
+					if b, _ := os.ReadFile(filepath.Join(dir, de.Name())); string(b) != content(i) {
+						errs <- fmt.Errorf("staged %s is not whole", de.Name())
+					}
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := dirNames(t, p.dir); len(got) != 20 {
+		t.Errorf("pool holds %d files, want 20", len(got))
+	}
 }
