@@ -177,6 +177,7 @@ func BenchmarkBootstrap(b *testing.B) {
 			pool = newDebPool(b.TempDir(), r.Base.Mirror, r.Base.Release)
 			cold = step(b, pool)
 		}
+		b.StopTimer()
 		tarball := filepath.Join(last, rootfsTar)
 		start := time.Now()
 		if _, err := hashAndSync(tarball); err != nil {

@@ -29,7 +29,7 @@ import (
 // builds and kill -9 leave complete files or none.
 //
 // Trust: apt checks a .deb it finds in /var/cache/apt/archives only by its
-// size, not by the hashes of the signed index (TestDebPoolCorruptDeb shows
+// size, not by the hashes of the signed index (TestAptTrustsCachedDebBySize shows
 // it). So every pool file is hashed against its name each time it is handed
 // to mmdebstrap, and a file that does not match is dropped from the pool and
 // downloaded again. What enters the pool was downloaded and checked against
