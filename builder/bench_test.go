@@ -204,3 +204,65 @@ func BenchmarkNothingChanged(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBootstrap runs the bootstrap step for the test recipe's package
+// set side by side: every .deb downloaded (an empty deb pool) and every
+// .deb from the pool the first run filled. It also reports what comes
+// around the step: seal-s, hashing and fsyncing the tarball as the cache's
+// seal does, and unpack-s, unpacking it as assemble does. Run with
+// -benchtime 1x (`make bench`).
+func BenchmarkBootstrap(b *testing.B) {
+	requireTools(b, "mmdebstrap")
+	r, err := recipe.Load(filepath.Join(repoRoot(b), "recipes/test.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	outputs, err := parseOutputs(r.Outputs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pkgs := (&build{r: r}).packages(outputs)
+	var pool *debPool
+	var last string
+	step := func(b *testing.B, p *debPool) time.Duration {
+		out := b.TempDir()
+		s := &bootstrapStep{r: r, packages: pkgs, epoch: DefaultSourceDateEpoch, debs: p, work: b.TempDir(), logf: b.Logf}
+		start := time.Now()
+		if err := s.Run(context.Background(), out); err != nil {
+			b.Fatal(err)
+		}
+		last = out
+		return time.Since(start)
+	}
+	var cold, warm time.Duration
+	b.Run("download-all", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			pool = newDebPool(b.TempDir(), r.Base.Mirror, r.Base.Release)
+			cold = step(b, pool)
+		}
+		b.StopTimer()
+		tarball := filepath.Join(last, rootfsTar)
+		start := time.Now()
+		if _, err := hashAndSync(tarball); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "seal-s")
+		dir := b.TempDir()
+		start = time.Now()
+		if err := run(context.Background(), "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", tarball, "--directory", dir); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "unpack-s")
+		if fi, err := os.Stat(tarball); err == nil {
+			b.ReportMetric(float64(fi.Size())/(1<<20), "tar-MiB")
+		}
+	})
+	b.Run("pool", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			warm = step(b, pool)
+		}
+	})
+	if cold > 0 && warm > 0 {
+		b.Logf("bootstrap: every .deb downloaded %.1fs, .debs from the pool %.1fs (%.3f)", cold.Seconds(), warm.Seconds(), warm.Seconds()/cold.Seconds())
+	}
+}

@@ -35,6 +35,13 @@ type bootstrapStep struct {
 	r        *recipe.Recipe
 	packages []string
 	epoch    int64
+	// debs, when set, hands the .debs of earlier bootstraps to mmdebstrap
+	// and keeps the ones it downloads; work holds the step's staging
+	// directories (on the pool's file system, see Build); logf reports
+	// what the pool recovers from.
+	debs *debPool
+	work string
+	logf func(string, ...any)
 }
 
 func (s *bootstrapStep) Name() string { return "bootstrap" }
@@ -61,29 +68,106 @@ const noInitramfsHook = `chroot "$1" dpkg-divert --quiet --local --rename --dive
 // on the host would follow an absolute link to the host's files.
 const cleanupHook = `chroot "$1" sh -c 'rm -f /boot/initrd.img* /initrd.img* && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log /var/log/apt/*'`
 
+// dpkgFilter keeps documentation and translations, dead weight on a node,
+// out of the tree.
+var dpkgFilter = []string{
+	"path-exclude=/usr/share/doc/*",
+	"path-include=/usr/share/doc/*/copyright",
+	"path-exclude=/usr/share/man/*",
+	"path-exclude=/usr/share/info/*",
+	"path-exclude=/usr/share/locale/*",
+	"path-include=/usr/share/locale/locale.alias",
+}
+
+// dpkgFilterHook applies dpkgFilter from the extract hook on, instead of
+// mmdebstrap's --dpkgopt: given --dpkgopt, mmdebstrap pipes every essential
+// package's extraction through mmtarfilter, a Python process per package
+// that re-parses the whole archive, which costs more than the rest of the
+// extract phase (BenchmarkBootstrap). Here the essential packages are
+// extracted whole, then what the filter would have left out is removed (by
+// dpkg's rules: * also matches /, a directory goes when nothing inside it is
+// kept; the four directories keep their mtimes, as under the filter), and
+// the same options are written where --dpkgopt writes them, so dpkg
+// --install of the essential packages and apt's install of the rest filter
+// as before. The tarball is the same, byte for byte, as with --dpkgopt (the
+// test recipe's package set, compared by hand), so bootstrapVersion stays.
+var dpkgFilterHook = func() string {
+	var w []string
+	for _, o := range dpkgFilter {
+		w = append(w, shellQuote(o))
+	}
+	return `printf '%s\n' ` + strings.Join(w, " ") + ` > "$1"/etc/dpkg/dpkg.cfg.d/99mmdebstrap && ` +
+		`chroot "$1" sh -c 'for d in /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale; do ` +
+		`[ -d "$d" ] || continue; t=$(stat -c %Y "$d") && ` +
+		`find "$d" -mindepth 1 ! -type d ! -path "/usr/share/doc/*/copyright" ! -path /usr/share/locale/locale.alias -delete && ` +
+		`find "$d" -mindepth 1 -depth -type d -empty -delete && touch -m -d "@$t" "$d" || exit 1; done'`
+}()
+
 func packagesHook(out string) string {
 	return `chroot "$1" dpkg-query -W -f='${Package}\t${Version}\n' > ` + shellQuote(out)
 }
 
+// debsInHook links the staged .debs into the tree's apt archives, where
+// apt takes a file of the right name and size instead of downloading it
+// (mmdebstrap's cache pattern; --mode=root: "$1" is a host path). Files,
+// not the directory: cp -a of the directory would give the tree's
+// archives directory the staging directory's mode. The copy (another file
+// system) replaces rather than overwrites what a failed link left: writing
+// into a linked file would write into the pool.
+func debsInHook(stage string) string {
+	dst := `"$1"/var/cache/apt/archives/`
+	return `mkdir -p ` + dst + ` && { cp -l ` + shellQuote(stage) + `/*.deb ` + dst + ` 2>/dev/null || cp -p --remove-destination ` + shellQuote(stage) + `/*.deb ` + dst + `; }`
+}
+
+// debsOutHook links every .deb that is not one of the staged files (so apt
+// downloaded it in this bootstrap) into fresh, before mmdebstrap's cleanup
+// empties the archives. The tree is not changed.
+func debsOutHook(stage, fresh string) string {
+	return `cd "$1"/var/cache/apt/archives && for f in *.deb; do ` +
+		`if [ -f "$f" ] && ! [ "$f" -ef ` + shellQuote(stage) + `/"$f" ]; then ` +
+		`ln "$f" ` + shellQuote(fresh) + `/ 2>/dev/null || cp -p "$f" ` + shellQuote(fresh) + `/ || exit 1; fi; done`
+}
+
 func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	b := s.r.Base
+	var pool []string
+	var fresh string
+	if s.debs != nil {
+		stage, err := os.MkdirTemp(s.work, "debs-in-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(stage)
+		if fresh, err = os.MkdirTemp(s.work, "debs-new-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(fresh)
+		// --skip=download/empty: newer mmdebstrap refuses a non-empty
+		// archives directory without it; essential/unlink keeps the
+		// essential .debs until the out hook has seen them.
+		pool = append(pool, "--skip=download/empty", "--skip=essential/unlink")
+		n, err := s.debs.stage(stage, s.logf)
+		if err != nil {
+			s.logf("warning: %v (downloading every package)", err)
+		} else if n > 0 {
+			pool = append(pool, "--setup-hook="+debsInHook(stage))
+		}
+		pool = append(pool, "--customize-hook="+debsOutHook(stage, fresh))
+	}
 	args := []string{
 		"--variant=apt",
 		"--mode=root",
 		"--format=tar",
 		"--arch=" + b.Architecture,
 		"--components=" + strings.Join(b.Components, ","),
+		"--extract-hook=" + dpkgFilterHook,
 		"--essential-hook=" + noInitramfsHook,
-		// Documentation and translations are dead weight on a node.
-		"--dpkgopt=path-exclude=/usr/share/doc/*",
-		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
-		"--dpkgopt=path-exclude=/usr/share/man/*",
-		"--dpkgopt=path-exclude=/usr/share/info/*",
-		"--dpkgopt=path-exclude=/usr/share/locale/*",
-		"--dpkgopt=path-include=/usr/share/locale/locale.alias",
-		"--customize-hook=" + cleanupHook,
-		"--customize-hook=" + packagesHook(filepath.Join(out, packagesList)),
 	}
+	args = append(args, pool...)
+	args = append(args,
+		"--customize-hook="+cleanupHook,
+		"--customize-hook="+packagesHook(filepath.Join(out, packagesList)),
+	)
 	if len(s.packages) > 0 {
 		args = append(args, "--include="+strings.Join(s.packages, ","))
 	}
@@ -113,6 +197,13 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 			return located
 		}
 		return fmt.Errorf("mmdebstrap %s: %w\n%s", b.Release, err, tail(tool.buf.String(), 40))
+	}
+	if s.debs != nil {
+		// The bootstrap is good either way: a pool that cannot take the
+		// new .debs only costs the next bootstrap their download.
+		if _, err := s.debs.publish(fresh); err != nil {
+			s.logf("warning: %v (the next bootstrap downloads these packages again)", err)
+		}
 	}
 	return nil
 }

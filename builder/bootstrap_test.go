@@ -4,11 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
-// miniTree makes a tree that can run sh, rm, ln and dpkg-query under
+// miniTree makes a tree that can run sh, rm, ln, find, stat, touch and
+// dpkg-query under
 // chroot, with the host's binaries and their libraries, laid out like a
 // merged-/usr Debian tree.
 func miniTree(t *testing.T, root string) {
@@ -27,7 +30,7 @@ func miniTree(t *testing.T, root string) {
 		mustDo(t, os.MkdirAll(filepath.Dir(dst), 0o755))
 		mustDo(t, os.WriteFile(dst, b, 0o755))
 	}
-	for _, tool := range []string{"sh", "rm", "ln", "true", "dpkg-query"} {
+	for _, tool := range []string{"sh", "rm", "ln", "true", "dpkg-query", "find", "stat", "touch"} {
 		p, err := exec.LookPath(tool)
 		mustDo(t, err)
 		copyHost("/usr/bin/" + filepath.Base(p))
@@ -90,4 +93,61 @@ func TestBootstrapHooksStayInsideTree(t *testing.T) {
 		t.Errorf("package list = %q, %v; want the tree's", b, err)
 	}
 	h.untouched(t)
+}
+
+// TestDpkgFilterHook runs the extract hook on a tree as the unfiltered
+// extract phase leaves it: what remains is what dpkg's path-exclude and
+// path-include rules keep (a * matches / too; a directory stays only for a
+// kept file), and dpkg gets the same options for the packages it installs.
+func TestDpkgFilterHook(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	miniTree(t, root)
+	mustDo(t, os.MkdirAll(filepath.Join(root, "etc/dpkg/dpkg.cfg.d"), 0o755))
+	files := []string{
+		"usr/share/doc/foo/copyright", "usr/share/doc/foo/changelog.gz", "usr/share/doc/foo/examples/a.txt",
+		"usr/share/doc/baz/sub/copyright", "usr/share/doc/README",
+		"usr/share/man/man1/ls.1.gz", "usr/share/info/dir",
+		"usr/share/locale/locale.alias", "usr/share/locale/de/LC_MESSAGES/x.mo",
+		"usr/share/other/keep", "usr/share/doc-base/keep",
+	}
+	for _, f := range files {
+		mustDo(t, os.MkdirAll(filepath.Join(root, filepath.Dir(f)), 0o755))
+		mustDo(t, os.WriteFile(filepath.Join(root, f), []byte(f), 0o644))
+	}
+	mustDo(t, os.MkdirAll(filepath.Join(root, "usr/share/doc/empty/dir"), 0o755))
+	mustDo(t, os.Symlink("foo", filepath.Join(root, "usr/share/doc/bar")))
+	old := time.Unix(1600000000, 0)
+	mustDo(t, os.Chtimes(filepath.Join(root, "usr/share/locale"), old, old))
+	if out, err := exec.Command("sh", "-c", dpkgFilterHook, "exec", root).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got []string
+	mustDo(t, filepath.WalkDir(filepath.Join(root, "usr/share"), func(p string, d os.DirEntry, err error) error {
+		mustDo(t, err)
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			rel += "/"
+		}
+		got = append(got, rel)
+		return nil
+	}))
+	want := []string{
+		"usr/share/", "usr/share/doc/", "usr/share/doc-base/", "usr/share/doc-base/keep",
+		"usr/share/doc/baz/", "usr/share/doc/baz/sub/", "usr/share/doc/baz/sub/copyright",
+		"usr/share/doc/foo/", "usr/share/doc/foo/copyright",
+		"usr/share/info/", "usr/share/locale/", "usr/share/locale/locale.alias",
+		"usr/share/man/", "usr/share/other/", "usr/share/other/keep",
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("kept:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if fi, err := os.Stat(filepath.Join(root, "usr/share/locale")); err != nil || !fi.ModTime().Equal(old) {
+		t.Errorf("usr/share/locale lost its mtime: %v, %v", fi.ModTime(), err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "etc/dpkg/dpkg.cfg.d/99mmdebstrap"))
+	if err != nil || string(b) != strings.Join(dpkgFilter, "\n")+"\n" {
+		t.Errorf("dpkg options = %q, %v", b, err)
+	}
 }

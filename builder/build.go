@@ -234,7 +234,12 @@ type node struct {
 // nodes declares the build graph. Steps read other steps' outputs only
 // through f, after the graph has run those steps.
 func (b *build) nodes(f *flow, stage string) []node {
-	boot := &bootstrapStep{r: b.r, packages: b.packages(b.outputs), epoch: b.epoch}
+	boot := &bootstrapStep{r: b.r, packages: b.packages(b.outputs), epoch: b.epoch, work: b.work, logf: b.log.Infof}
+	if !b.opts.NoCache {
+		// The work directory is in the cache directory: staged and fresh
+		// .debs are renamed and linked within one file system.
+		boot.debs = newDebPool(b.opts.CacheDir, b.r.Base.Mirror, b.r.Base.Release)
+	}
 	ns := []node{{
 		name: "bootstrap", jobs: 1, mem: 1024,
 		make: func() (Step, error) { return boot, nil },

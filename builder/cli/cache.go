@@ -120,6 +120,12 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 			if err != nil {
 				return err
 			}
+			// The .debs kept between bootstraps go the same way.
+			debs, err := builder.PruneDebs(*dir, olderThan)
+			if err != nil {
+				return err
+			}
+			freed += debs
 			if asJSON {
 				return icli.WriteJSON(stdout, pruneResult{Dir: *dir, FreedBytes: freed})
 			}
