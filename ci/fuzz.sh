@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the module for a short while (FUZZTIME, default
-# 10s) so CI really executes generated inputs, not only the seed corpus.
-# Prints each target's final exec count; a crash fails the run.
+# 10s) so CI really executes generated inputs, not only the seed corpus,
+# FUZZJOBS targets at a time (default: one per core). Prints each target's
+# final exec count; a crash fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-10s}
-status=0
-while IFS=: read -r file _ decl; do
+fuzzjobs=${FUZZJOBS:-$(nproc)}
+
+# fuzz FILE DECL: runs one target from its package's directory (nested
+# modules, integrations/*, too) and prints one line, or the log on failure.
+fuzz() {
+	local file=$1 decl=$2 target pkg out execs
 	target=$(sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/' <<<"$decl")
 	pkg=./$(dirname "$file")
-	log=$(mktemp)
-	# From the package's directory: nested modules (integrations/*) too.
-	if (cd "$pkg" && GONOSUMDB=github.com/ironcore-dev go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s .) >"$log" 2>&1; then
-		execs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
+	if out=$(cd "$pkg" && GONOSUMDB=github.com/ironcore-dev go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s . 2>&1); then
+		execs=$(grep -o 'execs: [0-9]*' <<<"$out" | tail -1 | cut -d' ' -f2 || true)
 		printf 'fuzz %-40s %s execs\n' "$pkg.$target" "${execs:-?}"
 	else
-		printf 'fuzz %-40s FAILED\n' "$pkg.$target"
-		cat "$log"
-		status=1
+		printf 'fuzz %-40s FAILED\n%s\n' "$pkg.$target" "$out"
+		return 1
 	fi
-	rm -f "$log"
+}
+
+# A failed target leaves a file in $failed: a job's exit status can be
+# reaped before anyone waits for it.
+failed=$(mktemp -d)
+trap 'rm -rf "$failed"' EXIT
+while IFS=: read -r file _ decl; do
+	while (($(jobs -rp | wc -l) >= fuzzjobs)); do wait -n || true; done
+	(fuzz "$file" "$decl" || touch "$failed/$RANDOM$RANDOM") &
 done < <(git grep -n -E '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' -- '*_test.go' | sort)
-exit $status
+wait
+[[ -z $(ls -A "$failed") ]]
