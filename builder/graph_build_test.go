@@ -282,6 +282,9 @@ func TestFailingStepCancelsSiblings(t *testing.T) {
 	r := loadTestRecipe(t)
 	r.Resolved[0].Go = append(r.Resolved[0].Go, recipe.GoBuild{
 		Module: "example.invalid/osb/none", Version: "v0.0.1", Package: ".", Binary: "/usr/local/bin/none",
+		// Pinned in the recipe, so pinning the sources asks no proxy and
+		// the failure comes from the go step, beside the bootstrap.
+		Sum: "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 	})
 	// The module proxy answers "not found" only after a while, so the
 	// failure comes while mmdebstrap is well under way.

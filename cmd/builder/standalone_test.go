@@ -66,8 +66,11 @@ func TestStandaloneBuilder(t *testing.T) {
 		t.Fatalf("builder build: %v\n%s", err, stderr.String())
 	}
 	t.Logf("builder build: %v", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(stderr.String(), "init: carried by the builder") {
-		t.Errorf("build log does not say the init was carried:\n%s", stderr.String())
+	// With no go on PATH the init can only be the carried one; the log
+	// says so unless an earlier run cached the init step under the same
+	// key (the carried init's bytes).
+	if !strings.Contains(stderr.String(), "init: carried by the builder") && !strings.Contains(stderr.String(), `{"step":"init","state":"done","elapsed"`) {
+		t.Errorf("build log says nothing of the init:\n%s", stderr.String())
 	}
 
 	want := filepath.Join(t.TempDir(), "init")
@@ -108,12 +111,15 @@ func TestStandaloneBuilder(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &printed); err != nil || printed.Init == nil || printed.Init.SHA256 != m.Init.SHA256 {
 		t.Errorf("--json printed init %+v (%v)", printed.Init, err)
 	}
-	for _, kind := range []osimage.ArtifactKind{osimage.KindInitrd, osimage.KindInitrdNoRoot} {
-		a := artifact(t, &m, kind)
-		got := initrdFile(t, filepath.Join(work, "out", a.Path), "init")
-		if !bytes.Equal(got, wantInit) {
-			t.Errorf("%s: /init (%d bytes) differs from the source tree's init (%d bytes)", a.Path, len(got), len(wantInit))
-		}
+	noRoot := filepath.Join(work, "out", artifact(t, &m, osimage.KindInitrdNoRoot).Path)
+	if got := initrdFile(t, noRoot, "init"); !bytes.Equal(got, wantInit) {
+		t.Errorf("%s: /init (%d bytes) differs from the source tree's init (%d bytes)", noRoot, len(got), len(wantInit))
+	}
+	// The live initrd is the root's layer segments, then initrd-noroot
+	// byte for byte: the same init.
+	live := testutil.ReadFile(t, filepath.Join(work, "out", artifact(t, &m, osimage.KindInitrd).Path))
+	if !bytes.HasSuffix(live, testutil.ReadFile(t, noRoot)) {
+		t.Errorf("initrd.img does not end with initrd-noroot.img")
 	}
 }
 
