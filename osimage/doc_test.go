@@ -23,6 +23,9 @@ func TestImageFormatDocListsEveryLayer(t *testing.T) {
 	doc = doc[:strings.Index(doc[1:], "\n## ")+1]
 	var rows [][]string
 	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "|") && len(rows) > 0 {
+			break // the layer table ends; later tables describe other things
+		}
 		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| artifact") {
 			continue
 		}
