@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -243,7 +244,7 @@ func BenchmarkBootstrap(b *testing.B) {
 		b.StopTimer()
 		tarball := filepath.Join(last, rootfsTar)
 		start := time.Now()
-		if _, err := hashAndSync(tarball); err != nil {
+		if _, err := filehash.SHA256Sync(tarball); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(time.Since(start).Seconds(), "seal-s")

@@ -1,17 +1,16 @@
 package builder
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 
 	"github.com/ironcore-dev/os-builder/cache"
 )
@@ -100,7 +99,7 @@ func (p *debPool) stage(dir string, logf func(string, ...any)) (int, error) {
 			}
 			return n, fmt.Errorf("deb pool: %w", err)
 		}
-		got, err := fileSHA256(dst)
+		got, err := filehash.SHA256(dst)
 		if err != nil {
 			return n, fmt.Errorf("deb pool: %w", err)
 		}
@@ -136,7 +135,7 @@ func (p *debPool) publish(dir string) (int, error) {
 			continue
 		}
 		src := filepath.Join(dir, de.Name())
-		sum, err := hashAndSync(src)
+		sum, err := filehash.SHA256Sync(src)
 		if err != nil {
 			return len(published), fmt.Errorf("deb pool: %w", err)
 		}
@@ -207,37 +206,6 @@ func PruneDebs(cacheDir string, maxAge time.Duration) (int64, error) {
 		os.Remove(dir) // only when empty
 	}
 	return freed, nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// hashAndSync hashes a file and fsyncs it, so a renamed pool file is whole
-// after a crash.
-func hashAndSync(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("fsync %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func syncPath(path string) error {

@@ -4,25 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 )
 
 // digestFile is the hex sha256 of a file's contents.
-func digestFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func digestFile(path string) (string, error) { return filehash.SHA256(path) }
 
 // digestTree hashes a file or a directory tree: relative paths, modes,
 // symlink targets and file contents, in lexical order (WalkDir's order).

@@ -11,6 +11,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 )
 
 // The seal is the list of an entry's files written into its meta file. Lookup
@@ -72,7 +74,7 @@ func seal(dir string) ([]File, error) {
 		switch {
 		case fi.Mode().IsRegular():
 			f.Size, f.MTime = fi.Size(), fi.ModTime().UnixNano()
-			if f.SHA256, err = hashAndSync(p); err != nil {
+			if f.SHA256, err = filehash.SHA256Sync(p); err != nil {
 				return err
 			}
 		case fi.IsDir():
@@ -94,22 +96,6 @@ func seal(dir string) ([]File, error) {
 		}
 	}
 	return files, nil
-}
-
-func hashAndSync(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", p, err)
-	}
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("fsync %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // errDamaged marks an entry that exists but does not match its seal.
