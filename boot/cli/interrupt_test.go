@@ -2,43 +2,25 @@ package cli
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestInterruptExits130: Ctrl-C exited 4 ("the BMC failed") in serverboot
-// and 130 in builder; now both exit 130. The test runs itself as a child
-// that hangs on a registry that never answers, and interrupts it.
+// and 130 in builder; now both exit 130. The test interrupts itself run as
+// serverboot, hanging on a registry that never answers.
 func TestInterruptExits130(t *testing.T) {
-	if args := os.Getenv("OSB_SERVERBOOT_CHILD"); args != "" {
-		os.Exit(Run(context.Background(), strings.Split(args, " "), os.Stdout, os.Stderr))
+	code, stderr := testutil.InterruptCLI(t, "OSB_SERVERBOOT_CHILD",
+		func(reg string) string { return "plan --insecure-registry --image " + reg + "/os/x:1" },
+		func(args []string) int { return Run(context.Background(), args, os.Stdout, os.Stderr) })
+	if code != exitcode.Interrupted {
+		t.Errorf("exit %d, want %d; stderr %q", code, exitcode.Interrupted, stderr)
 	}
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
-	defer hung.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptExits130$")
-	cmd.Env = append(os.Environ(), "OSB_SERVERBOOT_CHILD=plan --insecure-registry --image "+strings.TrimPrefix(hung.URL, "http://")+"/os/x:1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond) // in the registry fetch by now
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != exitcode.Interrupted {
-		t.Errorf("exit %d (%v), want %d; stderr %q", code, err, exitcode.Interrupted, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "serverboot: interrupted") {
-		t.Errorf("stderr %q", stderr.String())
+	if !strings.Contains(stderr, "serverboot: interrupted") {
+		t.Errorf("stderr %q", stderr)
 	}
 }

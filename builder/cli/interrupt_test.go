@@ -1,43 +1,25 @@
 package cli
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestInterruptExits130: builder exits 130 on Ctrl-C, as serverboot does (one
-// table, internal/exitcode). The test runs itself as a child that hangs on
-// a registry that never answers, and interrupts it.
+// table, internal/exitcode). The test interrupts itself run as builder,
+// hanging on a registry that never answers.
 func TestInterruptExits130(t *testing.T) {
-	if args := os.Getenv("OSB_BUILDER_CHILD"); args != "" {
-		os.Exit(Main(strings.Split(args, " "), os.Stdout, os.Stderr))
+	code, stderr := testutil.InterruptCLI(t, "OSB_BUILDER_CHILD",
+		func(reg string) string { return "inspect --insecure " + reg + "/os/x:1" },
+		func(args []string) int { return Main(args, os.Stdout, os.Stderr) })
+	if code != exitcode.Interrupted {
+		t.Errorf("exit %d, want %d; stderr %q", code, exitcode.Interrupted, stderr)
 	}
-	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
-	defer hung.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInterruptExits130$")
-	cmd.Env = append(os.Environ(), "OSB_BUILDER_CHILD=inspect --insecure "+strings.TrimPrefix(hung.URL, "http://")+"/os/x:1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond) // in the registry fetch by now
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != exitcode.Interrupted {
-		t.Errorf("exit %d (%v), want %d; stderr %q", code, err, exitcode.Interrupted, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "builder: interrupted") {
-		t.Errorf("stderr %q", stderr.String())
+	if !strings.Contains(stderr, "builder: interrupted") {
+		t.Errorf("stderr %q", stderr)
 	}
 }
