@@ -11,7 +11,7 @@ HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
 	mtools xorriso dosfstools binutils systemd ca-certificates git e2fsprogs \
 	cryptsetup-bin bcache-tools lvm2 swtpm swtpm-tools libtss2-tcti-swtpm0 \
-	libtss2-esys-3.0.2-0 libtss2-rc0 libtss2-mu0
+	libtss2-esys-3.0.2-0 libtss2-rc0 libtss2-mu0 dnsmasq-base iproute2
 
 .PHONY: setup build builder test bench fuzz hypervisor test-image vet fmt-check clean
 
