@@ -144,9 +144,14 @@ func TestSecureBootHTTPMeasured(t *testing.T) {
 			HTTPBootOnly: true,
 		},
 	})
-	m := pcr11Report.FindStringSubmatch(qemu.StripANSI(vm.Console()))
+	// The report line comes over a serial console: the "secure boot:" part
+	// bootSecure waited for may be there before the PCR value is.
+	var m []string
+	for deadline := time.Now().Add(30 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		m = pcr11Report.FindStringSubmatch(qemu.StripANSI(vm.Console()))
+	}
 	if m == nil {
-		t.Fatal("no PCR 11 in the boot report")
+		t.Fatalf("no PCR 11 in the boot report:\n%s", vm.Tail(10))
 	}
 	if m[1] != fmt.Sprintf("%x", want) {
 		t.Errorf("PCR 11 in the guest is %s, predicted %x (stub + sysinit + ready)", m[1], want)
