@@ -220,9 +220,9 @@ func (s *stepState) counter() string {
 	case s.unit == "":
 		return ""
 	case s.unit == "bytes" && s.total > 0:
-		return fmt.Sprintf("  %s of %s", humanSize(s.done), humanSize(s.total))
+		return fmt.Sprintf("  %s of %s", HumanSize(s.done), HumanSize(s.total))
 	case s.unit == "bytes":
-		return "  " + humanSize(s.done)
+		return "  " + HumanSize(s.done)
 	case s.total > 0:
 		return fmt.Sprintf("  %d of %d %s", s.done, s.total, s.unit)
 	}
@@ -399,7 +399,7 @@ func (r *Reporter) printSummary(total time.Duration) {
 		case s.Cached:
 			cached = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%.1fs\t%s\t%s\t\n", s.Step, s.Time.Seconds(), cached, humanSize(s.Size))
+		fmt.Fprintf(tw, "%s\t%.1fs\t%s\t%s\t\n", s.Step, s.Time.Seconds(), cached, HumanSize(s.Size))
 		steps += s.Time
 	}
 	fmt.Fprintf(tw, "total (wall)\t%.1fs\t\t\t\n", total.Seconds())
@@ -409,7 +409,9 @@ func (r *Reporter) printSummary(total time.Duration) {
 
 func secs(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
 
-func humanSize(n int64) string {
+// HumanSize is a byte count in binary units, as the build summary and the
+// cache commands print it.
+func HumanSize(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -63,7 +63,7 @@ func newCache(stdout io.Writer) *cobra.Command {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tSTEP\tSIZE\tCREATED")
 			for _, e := range entries {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, humanBytes(e.Size), e.Created.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, builder.HumanSize(e.Size), e.Created.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -111,7 +111,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 				for _, e := range entries {
 					size += e.Size
 				}
-				q := fmt.Sprintf("remove every entry of the cache %s (%d entries, %s)?", *dir, len(entries), humanBytes(size))
+				q := fmt.Sprintf("remove every entry of the cache %s (%d entries, %s)?", *dir, len(entries), builder.HumanSize(size))
 				if err := icli.Confirm(stdin, cmd.ErrOrStderr(), q, "--all (or --older-than DURATION)"); err != nil {
 					return err
 				}
@@ -129,7 +129,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 			if asJSON {
 				return icli.WriteJSON(stdout, pruneResult{Dir: *dir, FreedBytes: freed})
 			}
-			_, err = fmt.Fprintf(stdout, "freed %s\n", humanBytes(freed))
+			_, err = fmt.Fprintf(stdout, "freed %s\n", builder.HumanSize(freed))
 			return err
 		},
 	}

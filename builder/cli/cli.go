@@ -179,19 +179,6 @@ func newRender(stdout io.Writer) *cobra.Command {
 
 func exactArgs(n int) cobra.PositionalArgs { return icli.ExactArgs(n) }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // Command returns the builder command tree, for tests and documentation
 // checks that walk it; Main runs it.
 func Command(stdout, stderr io.Writer) *cobra.Command { return newRoot(stdout, stderr) }
