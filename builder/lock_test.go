@@ -10,11 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -47,19 +45,7 @@ func toolImage(t *testing.T, body string) v1.Image {
 // pushTool pushes toolImage(body) as ref and returns its digest.
 func pushTool(t *testing.T, ref, body string) string {
 	t.Helper()
-	img := toolImage(t, body)
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(tag, img); err != nil {
-		t.Fatal(err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.String()
+	return testutil.PushImage(t, ref, toolImage(t, body))
 }
 
 // lockTree writes a recipe whose one layer takes the tool from image and

@@ -19,7 +19,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -102,18 +101,7 @@ func testImage(t *testing.T) v1.Image {
 func pushTestImage(t *testing.T, registry, repo string) string {
 	t.Helper()
 	img := testImage(t)
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := name.ParseReference(registry + "/" + repo + ":v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatal(err)
-	}
-	return d.String()
+	return testutil.PushImage(t, registry+"/"+repo+":v1", img)
 }
 
 func TestOCIStepFromRegistry(t *testing.T) {

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -46,10 +46,7 @@ func pushUKIImage(t *testing.T) string {
 	}
 	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: "uefi-http,disk", osimage.AnnotationBootDefault: "uefi-http"}).(v1.Image)
 	ref := strings.TrimPrefix(reg.URL, "http://") + "/os/uki:1"
-	r, _ := name.ParseReference(ref, name.Insecure)
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
+	testutil.PushImage(t, ref, img)
 	return ref
 }
 

@@ -17,12 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -155,13 +153,7 @@ func matrixImage(t *testing.T) (string, *osimage.BootIdentity) {
 	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: strings.Join(order, ","),
 		osimage.AnnotationBootDefault: order[0], osimage.AnnotationCmdline: "console=ttyS0"}).(v1.Image)
 	ref := strings.TrimPrefix(reg.URL, "http://") + "/os/matrix:1"
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
+	testutil.PushImage(t, ref, img)
 	id, err := osimage.ReadIdentity(img)
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/crane"
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/builder"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -36,18 +34,7 @@ func pushTool(t *testing.T, ref, body, label string) string {
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(tag, img); err != nil {
-		t.Fatal(err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.String()
+	return testutil.PushImage(t, ref, img)
 }
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {
