@@ -13,21 +13,23 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
 // bootstrapVersion changes whenever the bootstrap step's behaviour changes,
 // so old cache entries stop matching.
-const bootstrapVersion = "5"
+const bootstrapVersion = "6"
 
-// rootfsTar is the bootstrap step's output: the package-installed tree.
-const (
-	rootfsTar    = "rootfs.tar"
-	packagesList = "packages.tsv"
-)
+// packagesList is the bootstrap step's list of the packages it installed,
+// beside the base layer (layerImage, layerSegment).
+const packagesList = "packages.tsv"
 
 // bootstrapStep installs the base and every layer's Debian packages with
-// mmdebstrap into a tarball. Its key is the requested package set, not the
+// mmdebstrap into a directory and squashes it, less machine state, as the
+// root's base layer. Straight from the tree: a tarball in between (written
+// by mmdebstrap, sealed, unpacked again) cost as much as a third of the
+// bootstrap it carried (BenchmarkBootstrap). Its key is the requested package set, not the
 // versions apt resolves: like mkosi's cache, an entry stays valid until the
 // set changes or it is pruned (`builder cache prune`, `--no-cache`); the
 // versions it got are recorded in the output manifest.
@@ -129,6 +131,65 @@ func debsOutHook(stage, fresh string) string {
 }
 
 func (s *bootstrapStep) Run(ctx context.Context, out string) error {
+	tree, err := os.MkdirTemp(s.work, "rootfs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tree)
+	if err := s.install(ctx, tree, out); err != nil {
+		return err
+	}
+	root, err := fsroot.Open(tree)
+	if err != nil {
+		return err
+	}
+	err = sandboxAptPartial(root)
+	if err == nil {
+		err = removeMachineState(root)
+	}
+	root.Close()
+	if err != nil {
+		return err
+	}
+	return squashLayer(ctx, tree, out, baseLayerInitrd, s.epoch)
+}
+
+// aptPartialDirs are the directories apt downloads into as its sandbox
+// user, _apt.
+var aptPartialDirs = []string{"/var/cache/apt/archives/partial", "/var/lib/apt/lists/partial"}
+
+// sandboxAptPartial gives aptPartialDirs to _apt, as a sandboxed apt leaves
+// them. mmdebstrap's apt runs unsandboxed here (the tree is in the cache
+// directory, which _apt may not enter) and leaves them to root.
+func sandboxAptPartial(root *fsroot.Root) error {
+	passwd, err := root.ReadFile("/etc/passwd", 1<<20)
+	if err != nil {
+		return nil // no users: no apt either
+	}
+	for _, line := range strings.Split(string(passwd), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 4 || f[0] != "_apt" {
+			continue
+		}
+		uid, err := strconv.Atoi(f[2])
+		if err != nil {
+			return fmt.Errorf("/etc/passwd: _apt: uid %q", f[2])
+		}
+		for _, d := range aptPartialDirs {
+			if fi, err := root.Lstat(d); err != nil || !fi.IsDir() {
+				continue
+			}
+			if err := root.Lchown(d, uid, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// install runs mmdebstrap into the empty directory tree and writes the
+// package list into out.
+func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 	b := s.r.Base
 	var pool []string
 	var fresh string
@@ -157,7 +218,7 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	args := []string{
 		"--variant=apt",
 		"--mode=root",
-		"--format=tar",
+		"--format=directory",
 		"--arch=" + b.Architecture,
 		"--components=" + strings.Join(b.Components, ","),
 		"--extract-hook=" + dpkgFilterHook,
@@ -171,7 +232,7 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	if len(s.packages) > 0 {
 		args = append(args, "--include="+strings.Join(s.packages, ","))
 	}
-	args = append(args, b.Release, filepath.Join(out, rootfsTar), b.Mirror)
+	args = append(args, b.Release, tree, b.Mirror)
 	// --verbose lets apt and dpkg talk: their lines are the progress.
 	args = append([]string{"--verbose"}, args...)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
@@ -180,7 +241,12 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	// dpkg before it acts on a signal, so SIGTERM goes to its whole process
 	// group; it then unmounts what it mounted and exits. SIGKILL to the
 	// group only if that takes too long.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	//
+	// Its mounts (/proc, /sys, /dev in the tree) are made in a mount
+	// namespace of its own (Go makes it private to the host), so a
+	// builder killed with mmdebstrap still running leaves no mount under
+	// the work directory the next build's sweep removes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	defer func() {

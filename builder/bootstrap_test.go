@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // miniTree makes a tree that can run sh, rm, ln, find, stat, touch and
@@ -149,5 +152,57 @@ func TestDpkgFilterHook(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "etc/dpkg/dpkg.cfg.d/99mmdebstrap"))
 	if err != nil || string(b) != strings.Join(dpkgFilter, "\n")+"\n" {
 		t.Errorf("dpkg options = %q, %v", b, err)
+	}
+}
+
+// TestSandboxAptPartial: the partial directories go to the tree's _apt (by
+// the tree's /etc/passwd, not the host's); a symlink in their place is not
+// followed.
+func TestSandboxAptPartial(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		passwd  string
+		symlink bool
+		want    int // owner of the partial directories
+	}{
+		{"apt", "root:x:0:0::/root:/bin/sh\n_apt:x:4242:65534::/nonexistent:/usr/sbin/nologin\n", false, 4242},
+		{"no _apt", "root:x:0:0::/root:/bin/sh\n", false, 0},
+		{"no passwd", "", false, 0},
+		{"symlinked partial", "_apt:x:4242:65534::/nonexistent:/usr/sbin/nologin\n", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := t.TempDir()
+			outside := t.TempDir()
+			mustDo(t, os.MkdirAll(filepath.Join(tree, "etc"), 0o755))
+			if tc.passwd != "" {
+				mustDo(t, os.WriteFile(filepath.Join(tree, "etc/passwd"), []byte(tc.passwd), 0o644))
+			}
+			for _, d := range aptPartialDirs {
+				p := filepath.Join(tree, d)
+				mustDo(t, os.MkdirAll(filepath.Dir(p), 0o755))
+				if tc.symlink {
+					mustDo(t, os.Symlink(outside, p))
+				} else {
+					mustDo(t, os.Mkdir(p, 0o700))
+				}
+			}
+			root, err := fsroot.Open(tree)
+			mustDo(t, err)
+			defer root.Close()
+			mustDo(t, sandboxAptPartial(root))
+			owner := func(p string) int {
+				fi, err := os.Lstat(p)
+				mustDo(t, err)
+				return int(fi.Sys().(*syscall.Stat_t).Uid)
+			}
+			for _, d := range aptPartialDirs {
+				if got := owner(filepath.Join(tree, d)); got != tc.want {
+					t.Errorf("%s: owner %d, want %d", d, got, tc.want)
+				}
+			}
+			if got := owner(outside); got != 0 {
+				t.Errorf("the symlinks' target outside the tree: owner %d, want 0", got)
+			}
+		})
 	}
 }

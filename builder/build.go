@@ -240,10 +240,26 @@ func (b *build) nodes(f *flow, stage string) []node {
 		// .debs are renamed and linked within one file system.
 		boot.debs = newDebPool(b.opts.CacheDir, b.r.Base.Mirror, b.r.Base.Release)
 	}
+	// The root in layers, each a cached step: the packages (bootstrap),
+	// the go/oci binaries, then what the layers add (assemble). A change
+	// above the base re-squashes only the layers above it; lowerKey is the
+	// key of the layer below the next, which chains the ones under it.
+	lowerKey := func(s Step) error {
+		in, err := s.Inputs()
+		if err != nil {
+			return err
+		}
+		f.lowerKey = in.Key()
+		return nil
+	}
 	ns := []node{{
 		name: "bootstrap", jobs: 1, mem: 1024,
-		make: func() (Step, error) { return boot, nil },
-		use:  func(dir string) error { f.bootDir = dir; return nil },
+		make: func() (Step, error) { return boot, lowerKey(boot) },
+		use: func(dir string) error {
+			f.bootDir = dir
+			f.layers = append(f.layers, dir)
+			return nil
+		},
 	}}
 	names := map[string]int{}
 	unique := func(name string) string {
@@ -287,50 +303,20 @@ func (b *build) nodes(f *flow, stage string) []node {
 		}
 	}
 	arch := b.r.Base.Architecture
-	bootKey := func() (string, error) {
-		in, err := boot.Inputs()
-		if err != nil {
-			return "", err
-		}
-		return in.Key(), nil
-	}
-	// The root in layers, each a cached step: the packages (root-base),
-	// the go/oci binaries, then what the layers add (assemble). A change
-	// above the base re-squashes only the layers above it.
-	lowerNode := func(name string, deps []string, s func() (Step, error)) node {
-		return node{
-			name: name, deps: deps, jobs: 1, mem: 1024,
+	below := "bootstrap"
+	if len(sourceNames) > 0 {
+		ns = append(ns, node{
+			name: "binaries", deps: append([]string{"bootstrap"}, sourceNames...), jobs: 1, mem: 1024,
 			make: func() (Step, error) {
-				st, err := s()
-				if err != nil {
-					return nil, err
+				var bins []binary
+				for _, s := range f.sources {
+					bins = append(bins, s...)
 				}
-				in, err := st.Inputs()
-				if err != nil {
-					return nil, err
-				}
-				f.lowerKey = in.Key()
-				return bytesMetered{Step: st}, nil
+				s := &binariesStep{base: f.layers[0], baseKey: f.lowerKey, binaries: bins, epoch: b.epoch, work: b.work}
+				return bytesMetered{Step: s}, lowerKey(s)
 			},
 			use: func(dir string) error { f.layers = append(f.layers, dir); return nil },
-		}
-	}
-	ns = append(ns, lowerNode("root-base", []string{"bootstrap"}, func() (Step, error) {
-		key, err := bootKey()
-		if err != nil {
-			return nil, err
-		}
-		return &rootBaseStep{bootstrap: f.bootDir, bootstrapKey: key, epoch: b.epoch, work: b.work}, nil
-	}))
-	below := "root-base"
-	if len(sourceNames) > 0 {
-		ns = append(ns, lowerNode("binaries", append([]string{"root-base"}, sourceNames...), func() (Step, error) {
-			var bins []binary
-			for _, s := range f.sources {
-				bins = append(bins, s...)
-			}
-			return &binariesStep{base: f.layers[0], baseKey: f.lowerKey, binaries: bins, epoch: b.epoch, work: b.work}, nil
-		}))
+		})
 		below = "binaries"
 	}
 	ns = append(ns, node{

@@ -103,9 +103,9 @@ func artifactDigests(t *testing.T, out string) []osimage.Artifact {
 	return m.Artifacts
 }
 
-// seedBootstrap copies the test recipe's bootstrap entry from the shared
-// cache into the fresh one, so the builds below race on the later steps
-// (assemble, initrd) instead of all waiting for mmdebstrap.
+// seedBootstrap copies the test recipe's bootstrap entry (its base layer)
+// from the shared cache into the fresh one, so the builds below race on the
+// later steps (assemble, initrd) instead of all waiting for mmdebstrap.
 func seedBootstrap(t *testing.T, recipePath, from, to string) {
 	t.Helper()
 	r, err := recipe.Load(recipePath)
@@ -131,7 +131,7 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 		t.Fatal(err)
 	}
 	_, err = store.Fill(context.Background(), boot.Name(), in, func(dir string) error {
-		for _, f := range []string{rootfsTar, packagesList} {
+		for _, f := range []string{layerImage, layerSegment, packagesList} {
 			// Hard links: the seal records what the files are now.
 			if err := os.Link(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
 				if err := copyFile(filepath.Join(src, f), filepath.Join(dir, f), 0o644); err != nil {
@@ -183,7 +183,7 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 			t.Errorf("build %d made other artifacts than build 0:\n%v\n%v", i, got, want)
 		}
 	}
-	for _, step := range []string{"root-base", "assemble", "initrd-noroot"} {
+	for _, step := range []string{"assemble", "initrd-noroot"} {
 		built := 0
 		for _, b := range builds {
 			if b.stepLine(step, "built in") {
@@ -195,14 +195,10 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 		}
 	}
 
-	// Round 2: without the later entries, kill -9 the build filling
-	// root-base (the long step after bootstrap) while the others wait for it.
+	// Round 2: on an empty cache, kill -9 the build filling bootstrap (the
+	// long step) while the others wait for it.
 	entries, _ := filepath.Glob(filepath.Join(cacheDir, "entries", "*"))
 	for _, e := range entries {
-		var m cache.Meta
-		if b, err := os.ReadFile(filepath.Join(e, ".osb-cache-entry.json")); err == nil && json.Unmarshal(b, &m) == nil && m.Step == "bootstrap" {
-			continue
-		}
 		if err := os.RemoveAll(e); err != nil {
 			t.Fatal(err)
 		}
@@ -210,9 +206,9 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 	victim := startConcurrentBuild(t, bin, recipePath, cacheDir, filepath.Join(tree, "victim"))
 	defer victim.cmd.Process.Kill()
 	deadline := time.Now().Add(5 * time.Minute)
-	for !victim.stepLine("root-base", "start") {
+	for !victim.stepLine("bootstrap", "start") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the first build never started root-base\n%s", victim.output())
+			t.Fatalf("the first build never started bootstrap\n%s", victim.output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -223,12 +219,12 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 	for {
 		all := true
 		for _, b := range builds {
-			all = all && b.waiting("root-base")
+			all = all && b.waiting("bootstrap")
 		}
 		if all {
 			break
 		}
-		if victim.stepLine("root-base", "built in") || time.Now().After(deadline) {
+		if victim.stepLine("bootstrap", "built in") || time.Now().After(deadline) {
 			t.Fatalf("could not catch the filler mid-step\nfiller:\n%s\nothers:\n%s", victim.output(), builds[0].output())
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -242,20 +238,20 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 		if got := artifactDigests(t, b.out); !reflect.DeepEqual(got, want) {
 			t.Errorf("build %d after the kill made other artifacts:\n%v\n%v", i, got, want)
 		}
-		if b.stepLine("root-base", "built in") {
+		if b.stepLine("bootstrap", "built in") {
 			took++
 		}
 	}
 	if took != 1 {
-		t.Errorf("after the kill, %d waiting builds computed root-base, want 1", took)
+		t.Errorf("after the kill, %d waiting builds computed bootstrap, want 1", took)
 	}
-	t.Logf("killed the filler mid-root-base; the waiters finished %.0fs later", time.Since(killedAt).Seconds())
+	t.Logf("killed the filler mid-bootstrap; the waiters finished %.0fs later", time.Since(killedAt).Seconds())
 	if _, err := os.Stat(filepath.Join(tree, "victim", osimage.ManifestFile)); err == nil {
 		t.Error("the killed build wrote an output")
 	}
 	next := startConcurrentBuild(t, bin, recipePath, cacheDir, filepath.Join(tree, "next"))
 	next.wait(t, "the build after")
-	for _, step := range []string{"bootstrap", "root-base", "assemble", "initrd-noroot"} {
+	for _, step := range []string{"bootstrap", "assemble", "initrd-noroot"} {
 		if !next.stepLine(step, "cached") {
 			t.Errorf("the build after: %s not cached\n%s", step, next.output())
 		}

@@ -21,17 +21,14 @@ import (
 )
 
 // The root image is layered (package rootstack): the base, the
-// bootstrapped packages, is squashed once per package set by the root-base
+// bootstrapped packages, is squashed once per package set by the bootstrap
 // step; the binaries step squashes the oci and go steps' files on top of it
 // (once per set of binaries); the assemble step squashes only what the
 // recipe's files, units and users change on top of those. Each is cached,
 // so changing a unit re-squashes kilobytes, and the artifacts are joined
 // from the images.
 
-const (
-	rootBaseVersion = "2"
-	binariesVersion = "1"
-)
+const binariesVersion = "2"
 
 // Every layer step leaves its image and the image as an initrd segment.
 const (
@@ -66,52 +63,10 @@ func layerImages(dirs []string) []string {
 	return out
 }
 
-// rootBaseStep squashes the bootstrapped tree, less machine state, as the
-// root's base layer.
-type rootBaseStep struct {
-	bootstrap    string // bootstrap step output
-	bootstrapKey string
-	epoch        int64
-	work         string
-}
-
-func (s *rootBaseStep) Name() string { return "root-base" }
-
-func (s *rootBaseStep) Inputs() (cache.Inputs, error) {
-	var in cache.Inputs
-	in.Add("step-version", rootBaseVersion)
-	// The bootstrap output is a function of its inputs: its key stands for
-	// its 500+ MiB tarball without hashing it again.
-	in.AddDigest("bootstrap", s.bootstrapKey)
-	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
-	return in, nil
-}
-
-func (s *rootBaseStep) Run(ctx context.Context, out string) error {
-	dir, err := os.MkdirTemp(s.work, "rootfs-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if err := run(ctx, "tar", "--extract", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--file", filepath.Join(s.bootstrap, rootfsTar), "--directory", dir); err != nil {
-		return fmt.Errorf("unpack bootstrap: %w", err)
-	}
-	root, err := fsroot.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = removeMachineState(root)
-	root.Close()
-	if err != nil {
-		return err
-	}
-	return squashLayer(ctx, dir, out, baseLayerInitrd, s.epoch)
-}
-
 // binariesStep puts the oci and go steps' files over the base: a layer of
 // their own, so that a unit or file change does not squash them again.
 type binariesStep struct {
-	base     string // root-base step output
+	base     string // bootstrap step output
 	baseKey  string
 	binaries []binary
 	epoch    int64
@@ -123,7 +78,7 @@ func (s *binariesStep) Name() string { return "binaries" }
 func (s *binariesStep) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", binariesVersion)
-	in.AddDigest("root-base", s.baseKey)
+	in.AddDigest("base", s.baseKey)
 	for _, b := range s.binaries {
 		d, err := digestFile(b.src)
 		if err != nil {

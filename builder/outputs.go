@@ -54,7 +54,7 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
-	layers        []string // layer step outputs, bottom first: root-base, [binaries,] assemble
+	layers        []string // layer step outputs, bottom first: bootstrap, [binaries,] assemble
 	assembled     string   // assemble step output (kernel, stub, os-release, ...)
 	noRootInitrd  string   // the initrd without root image (disk boots, installs)
 	cmdline       string

@@ -171,7 +171,11 @@ func write(out string, opts Options) (err error) {
 		return err
 	}
 	defer os.RemoveAll(work)
-	if err := writeBootImage(esp, filepath.Join(work, BootImagePath), espSize); err != nil {
+	// The boot image is staged as a hole of its size, which go-diskfs
+	// lays out for free (coalescingBackend); layOut then writes the FAT
+	// straight into the ISO: its bytes are written once, not staged and
+	// copied.
+	if err := stageHole(filepath.Join(work, BootImagePath), espSize); err != nil {
 		return fmt.Errorf("boot image: %w", err)
 	}
 	paths := make([]string, 0, len(tree))
@@ -186,13 +190,13 @@ func write(out string, opts Options) (err error) {
 	}
 
 	return atomicfile.Write(out, 0o644, func(f *os.File) error {
-		return layOut(f, work, label, mtime, espSize)
+		return layOut(f, work, label, mtime, esp, espSize)
 	})
 }
 
 // layOut writes the ISO 9660 file system of the staged tree in work to f,
 // with the El Torito entry for the boot image, and normalizes it.
-func layOut(f *os.File, work, label string, mtime time.Time, espSize int64) error {
+func layOut(f *os.File, work, label string, mtime time.Time, esp diskimage.FATImage, espSize int64) error {
 	out9660, err := newCoalescingBackend(file.New(f, false))
 	if err != nil {
 		return err
@@ -219,14 +223,17 @@ func layOut(f *os.File, work, label string, mtime time.Time, espSize int64) erro
 	if err != nil {
 		return fmt.Errorf("laying out ISO 9660: %w", err)
 	}
+	if err := writeBootImage(f, esp, espSize); err != nil {
+		return fmt.Errorf("boot image: %w", err)
+	}
 	if err := normalize(f, mtime, espSize); err != nil {
 		return fmt.Errorf("normalizing ISO 9660: %w", err)
 	}
 	return nil
 }
 
-// writeBootImage writes the FAT boot image, sparse, to p.
-func writeBootImage(esp diskimage.FATImage, p string, size int64) error {
+// stageHole creates p as a file of size bytes that are all a hole.
+func stageHole(p string, size int64) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
@@ -238,11 +245,28 @@ func writeBootImage(esp diskimage.FATImage, p string, size int64) error {
 		f.Close()
 		return err
 	}
-	if err := esp.WriteAt(f, 0, size); err != nil {
-		f.Close()
+	return f.Close()
+}
+
+// writeBootImage writes the FAT where the finalized ISO f placed the boot
+// image (the boot catalog's default entry), sparse: what the FAT does not
+// use stays a hole.
+func writeBootImage(f *os.File, esp diskimage.FATImage, size int64) error {
+	lba, err := bootImageLBA(f)
+	if err != nil {
 		return err
 	}
-	return f.Close()
+	off := lba * blockSize
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if fi.Size() < off+size {
+		// Its last blocks were zeros, left out: FATImage.WriteAt wants
+		// the file to reach past the image.
+		if err := f.Truncate(off + size); err != nil {
+			return err
+		}
+	}
+	return esp.WriteAt(f, off, size)
 }
 
 // linkOrCopy puts src's bytes at dst: a hard link when src is on the same

@@ -31,6 +31,9 @@ const (
 	// catalogSectorCount is the default entry's 16-bit count of 512-byte
 	// sectors: after the 32-byte validation entry, at offset 6.
 	catalogSectorCount = 32 + 6
+	// catalogLoadRBA is the default entry's block of the boot image, in
+	// the entry (offset 8).
+	catalogLoadRBA = 8
 )
 
 // normalize fixes what go-diskfs v1.9.1 leaves irreproducible or wrong in a
@@ -86,6 +89,35 @@ func normalize(f *os.File, mtime time.Time, bootImageSize int64) error {
 	// go-diskfs pads the last file with a whole zero block when it already
 	// ends on a block boundary, which lies past the volume.
 	return f.Truncate(volumeBlocks * blockSize)
+}
+
+// bootImageLBA reads the block where the boot catalog's default entry
+// says the boot image starts.
+func bootImageLBA(f *os.File) (int64, error) {
+	for s := int64(vdFirstSector); s <= vdFirstSector+16; s++ {
+		vd := make([]byte, blockSize)
+		if _, err := f.ReadAt(vd, s*blockSize); err != nil {
+			return 0, fmt.Errorf("reading volume descriptor %d: %w", s, err)
+		}
+		switch {
+		case !bytes.Equal(vd[1:6], []byte("CD001")):
+			return 0, fmt.Errorf("sector %d is not a volume descriptor", s)
+		case vd[0] == vdTypeEnd:
+			return 0, errors.New("no El Torito boot record")
+		case vd[0] != vdTypeBoot || !bytes.HasPrefix(vd[7:], []byte("EL TORITO SPECIFICATION")):
+			continue
+		}
+		entry := make([]byte, 32)
+		catalog := int64(binary.LittleEndian.Uint32(vd[bootCatalogLBA:]))
+		if _, err := f.ReadAt(entry, catalog*blockSize+32); err != nil {
+			return 0, fmt.Errorf("reading boot catalog: %w", err)
+		}
+		if entry[0] != 0x88 {
+			return 0, fmt.Errorf("boot catalog's default entry is not bootable (indicator %#x)", entry[0])
+		}
+		return int64(binary.LittleEndian.Uint32(entry[catalogLoadRBA:])), nil
+	}
+	return 0, errors.New("no volume descriptor set terminator")
 }
 
 // fixCatalog sets the default entry's sector count to 0 when the boot
