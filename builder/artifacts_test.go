@@ -26,7 +26,7 @@ func TestArtifactInputErrors(t *testing.T) {
 		kernelRelease: "6.1.0-test\n",
 		osReleaseFile: "ID=debian\n",
 		stubFile:      "not a PE file",
-		layerSegment:  "cpio layer",
+		layerImage:    "hsqs layer",
 	}
 	for _, tc := range []struct {
 		name    string
@@ -52,7 +52,7 @@ func TestArtifactInputErrors(t *testing.T) {
 			out := t.TempDir()
 			set, err := parseOutputs(tc.outputs)
 			if err == nil {
-				_, err = writeArtifacts(t.Context(), set, &artifactInputs{layers: []string{asm}, assembled: asm, noRootInitrd: initrd, arch: "amd64", name: "t", version: "1"}, out)
+				_, err = writeArtifacts(t.Context(), set, &artifactInputs{layers: []rootLayer{{asm, topLayerInitrd}}, assembled: asm, noRootInitrd: initrd, arch: "amd64", name: "t", version: "1"}, out)
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)

@@ -92,7 +92,7 @@ func (s *assembleStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	return squashLayer(ctx, upper, out, topLayerInitrd, s.epoch)
+	return squashLayer(ctx, upper, out, s.epoch)
 }
 
 // populate lays the recipe's files, units and users over the tree.

@@ -128,15 +128,15 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 		}
 		return p
 	}
-	layers := []string{dir("bootstrap")}
+	layers := []rootLayer{{dir("bootstrap"), baseLayerInitrd}}
 	for _, l := range r.Resolved {
 		if len(l.Go)+len(l.OCI) > 0 { // the build had a binaries layer
-			layers = append(layers, dir("binaries"))
+			layers = append(layers, rootLayer{dir("binaries"), binariesLayerInitrd})
 			break
 		}
 	}
 	return &artifactInputs{
-		layers:       append(layers, dir("assemble")),
+		layers:       append(layers, rootLayer{dir("assemble"), topLayerInitrd}),
 		assembled:    dir("assemble"),
 		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
 		cmdline:      r.Cmdline(),

@@ -22,7 +22,7 @@ import (
 const bootstrapVersion = "6"
 
 // packagesList is the bootstrap step's list of the packages it installed,
-// beside the base layer (layerImage, layerSegment).
+// beside the base layer's image (layerImage).
 const packagesList = "packages.tsv"
 
 // bootstrapStep installs the base and every layer's Debian packages with
@@ -151,7 +151,7 @@ func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	return squashLayer(ctx, tree, out, baseLayerInitrd, s.epoch)
+	return squashLayer(ctx, tree, out, s.epoch)
 }
 
 // aptPartialDirs are the directories apt downloads into as its sandbox

@@ -208,7 +208,7 @@ type flow struct {
 	sources [][]binary // per go/oci step, in recipe order
 	// layers are the root's layer step outputs so far, bottom first, and
 	// lowerKey the input key of the top one (it chains the rest).
-	layers   []string
+	layers   []rootLayer
 	lowerKey string
 	asmDir   string
 	initBin  string
@@ -257,7 +257,7 @@ func (b *build) nodes(f *flow, stage string) []node {
 		make: func() (Step, error) { return boot, lowerKey(boot) },
 		use: func(dir string) error {
 			f.bootDir = dir
-			f.layers = append(f.layers, dir)
+			f.layers = append(f.layers, rootLayer{dir, baseLayerInitrd})
 			return nil
 		},
 	}}
@@ -312,10 +312,10 @@ func (b *build) nodes(f *flow, stage string) []node {
 				for _, s := range f.sources {
 					bins = append(bins, s...)
 				}
-				s := &binariesStep{base: f.layers[0], baseKey: f.lowerKey, binaries: bins, epoch: b.epoch, work: b.work}
+				s := &binariesStep{base: f.layers[0].dir, baseKey: f.lowerKey, binaries: bins, epoch: b.epoch, work: b.work}
 				return bytesMetered{Step: s}, lowerKey(s)
 			},
-			use: func(dir string) error { f.layers = append(f.layers, dir); return nil },
+			use: func(dir string) error { f.layers = append(f.layers, rootLayer{dir, binariesLayerInitrd}); return nil },
 		})
 		below = "binaries"
 	}
@@ -326,11 +326,11 @@ func (b *build) nodes(f *flow, stage string) []node {
 	}, node{
 		name: "assemble", deps: []string{below}, jobs: 2, mem: 1024,
 		make: func() (Step, error) {
-			return bytesMetered{Step: &assembleStep{r: b.r, lowers: append([]string(nil), f.layers...), lowerKey: f.lowerKey, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
+			return bytesMetered{Step: &assembleStep{r: b.r, lowers: layerDirs(f.layers), lowerKey: f.lowerKey, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
 		},
 		use: func(dir string) error {
 			f.asmDir, f.art.assembled = dir, dir
-			f.art.layers = append(append([]string(nil), f.layers...), dir)
+			f.art.layers = append(append([]rootLayer(nil), f.layers...), rootLayer{dir, topLayerInitrd})
 			return nil
 		},
 	}, node{

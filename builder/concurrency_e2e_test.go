@@ -131,7 +131,7 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 		t.Fatal(err)
 	}
 	_, err = store.Fill(context.Background(), boot.Name(), in, func(dir string) error {
-		for _, f := range []string{layerImage, layerSegment, packagesList} {
+		for _, f := range []string{layerImage, packagesList} {
 			// Hard links: the seal records what the files are now.
 			if err := os.Link(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
 				if err := copyFile(filepath.Join(src, f), filepath.Join(dir, f), 0o644); err != nil {

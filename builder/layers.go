@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -30,10 +31,10 @@ import (
 
 const binariesVersion = "2"
 
-// Every layer step leaves its image and the image as an initrd segment.
+// Every layer step leaves its image; the live initrd carries it as an
+// uncompressed cpio segment the initrd writer frames around it.
 const (
 	layerImage       = "layer.squashfs"
-	layerSegment     = "layer.cpio"
 	overlayXattrPref = "trusted.overlay."
 )
 
@@ -44,14 +45,26 @@ const (
 	topLayerInitrd      = "02-layers"
 )
 
-// squashLayer packs a layer step's tree (or overlay upper directory) as its
-// image and initrd segment in out.
-func squashLayer(ctx context.Context, tree, out, name string, epoch int64) error {
-	img := filepath.Join(out, layerImage)
-	if err := mksquashfs(ctx, tree, img, epoch); err != nil {
-		return err
+// rootLayer is a layer step's output directory and the layer's name in the
+// live initrd.
+type rootLayer struct {
+	dir, name string
+}
+
+func (l rootLayer) image() string { return filepath.Join(l.dir, layerImage) }
+
+func layerDirs(ls []rootLayer) []string {
+	var dirs []string
+	for _, l := range ls {
+		dirs = append(dirs, l.dir)
 	}
-	return writeLayerSegment(img, name, filepath.Join(out, layerSegment), epoch)
+	return dirs
+}
+
+// squashLayer packs a layer step's tree (or overlay upper directory) as its
+// image in out.
+func squashLayer(ctx context.Context, tree, out string, epoch int64) error {
+	return mksquashfs(ctx, tree, filepath.Join(out, layerImage), epoch)
 }
 
 // layerImages are the images of layer step outputs dirs.
@@ -97,7 +110,7 @@ func (s *binariesStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	return squashLayer(ctx, upper, out, binariesLayerInitrd, s.epoch)
+	return squashLayer(ctx, upper, out, s.epoch)
 }
 
 // overLayers runs change on the layer step outputs lowers (bottom first)
@@ -133,27 +146,24 @@ func overLayers(ctx context.Context, lowers []string, work string, change func(r
 	return upper, cleanUpper(upper)
 }
 
-// writeLayerSegment writes an uncompressed cpio archive holding img as the
-// initrd root layer name. Uncompressed: the image is compressed already,
-// and the kernel reads uncompressed segments before the compressed one
-// without decompressing, so this segment is reused byte for byte.
-func writeLayerSegment(img, name, out string, epoch int64) error {
+// encodeLayerSegment writes an uncompressed cpio archive holding the layer's
+// image as the initrd root layer l.name. Uncompressed: the image is
+// compressed already, and the kernel reads uncompressed segments before the
+// compressed one without decompressing. It is framed here, while the live
+// initrd is written, rather than cached: a cached segment would be a second
+// copy of the image, written and sealed in every cold build.
+func encodeLayerSegment(w io.Writer, l rootLayer, epoch int64) error {
 	a := initrd.NewArchive()
 	if err := a.AddDir(pid1.RootLayersDir, 0o755); err != nil {
 		return err
 	}
-	if err := a.AddHostFile(path.Join(pid1.RootLayersDir, name), 0o644, img); err != nil {
+	if err := a.AddHostFile(path.Join(pid1.RootLayersDir, l.name), 0o644, l.image()); err != nil {
 		return err
 	}
-	f, err := os.Create(out)
-	if err != nil {
-		return err
+	if err := a.Encode(w, initrd.WriteOptions{SourceDateEpoch: epoch, Compression: initrd.CompressionNone}); err != nil {
+		return fmt.Errorf("initrd segment %s: %w", l.name, err)
 	}
-	if err := a.Encode(f, initrd.WriteOptions{SourceDateEpoch: epoch, Compression: initrd.CompressionNone}); err != nil {
-		f.Close()
-		return fmt.Errorf("initrd segment %s: %w", name, err)
-	}
-	return f.Close()
+	return nil
 }
 
 // inPrivateMounts runs f on an OS thread of its own, in a mount namespace

@@ -1,17 +1,23 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cavaliergopher/cpio"
+	"github.com/ironcore-dev/os-builder/initrd/pid1"
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -187,23 +193,21 @@ func filepathWalk(t *testing.T, dir string, f func(p string)) {
 func TestPXEArtifactsFromLayers(t *testing.T) {
 	base, bins, asm := t.TempDir(), t.TempDir(), t.TempDir()
 	files := map[string]string{
-		filepath.Join(base, layerImage):   "hsqs base image",
-		filepath.Join(base, layerSegment): "base segment|",
-		filepath.Join(bins, layerImage):   "hsqs binaries image",
-		filepath.Join(bins, layerSegment): "binaries segment|",
-		filepath.Join(asm, layerImage):    "hsqs top image",
-		filepath.Join(asm, layerSegment):  "top segment|",
-		filepath.Join(asm, kernelImage):   "MZ kernel",
-		filepath.Join(asm, "noroot.img"):  "init segment",
+		filepath.Join(base, layerImage):  "hsqs base image",
+		filepath.Join(bins, layerImage):  "hsqs binaries image",
+		filepath.Join(asm, layerImage):   "hsqs top image",
+		filepath.Join(asm, kernelImage):  "MZ kernel",
+		filepath.Join(asm, "noroot.img"): "init segment",
 	}
 	for p, data := range files {
 		mustDo(t, os.WriteFile(p, []byte(data), 0o644))
 	}
+	layers := []rootLayer{{base, baseLayerInitrd}, {bins, binariesLayerInitrd}, {asm, topLayerInitrd}}
 	out := t.TempDir()
 	set, err := parseOutputs([]string{"pxe"})
 	mustDo(t, err)
 	arts, err := writeArtifacts(t.Context(), set, &artifactInputs{
-		layers: []string{base, bins, asm}, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
+		layers: layers, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
 	}, out)
 	mustDo(t, err)
 	if len(arts) != 5 {
@@ -215,8 +219,49 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 			t.Errorf("%s: digest %s while writing, file %s", a.Path, a.SHA256, got)
 		}
 	}
-	if got := string(testutil.ReadFile(t, filepath.Join(out, fileInitrd))); got != "base segment|binaries segment|top segment|init segment" {
-		t.Errorf("initrd.img = %q, want the layer segments before the init segment", got)
+	// The segments, as the kernel unpacks them: each layer's image at its
+	// name in the root layers directory, then the init's archive.
+	initrdImg := testutil.ReadFile(t, filepath.Join(out, fileInitrd))
+	r := bytes.NewReader(initrdImg)
+	skipPadding := func() { // between segments, as the kernel does
+		for {
+			b, err := r.ReadByte()
+			if err != nil {
+				return
+			}
+			if b != 0 {
+				r.UnreadByte()
+				return
+			}
+		}
+	}
+	for _, l := range layers {
+		skipPadding()
+		cr := cpio.NewReader(r)
+		var names []string
+		for {
+			h, err := cr.Next()
+			if err == io.EOF {
+				break
+			}
+			mustDo(t, err)
+			names = append(names, h.Name)
+			if h.Mode.IsRegular() {
+				data, err := io.ReadAll(cr)
+				mustDo(t, err)
+				if want := testutil.ReadFile(t, l.image()); !bytes.Equal(data, want) {
+					t.Errorf("segment %s holds %q, want %q", l.name, data, want)
+				}
+			}
+		}
+		dir := strings.TrimPrefix(pid1.RootLayersDir, "/")
+		if want := []string{dir, path.Join(dir, l.name)}; !slices.Equal(names, want) {
+			t.Errorf("segment %s: entries %q, want %q", l.name, names, want)
+		}
+	}
+	skipPadding()
+	if rest, _ := io.ReadAll(r); string(rest) != "init segment" {
+		t.Errorf("initrd.img ends with %q after the layer segments, want the init segment", rest)
 	}
 	root := testutil.ReadFile(t, filepath.Join(out, fileRootfs))
 	if !rootstack.IsStack(root) {

@@ -54,7 +54,7 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
-	layers        []string // layer step outputs, bottom first: bootstrap, [binaries,] assemble
+	layers        []rootLayer // bottom first: bootstrap, [binaries,] assemble
 	assembled     string   // assemble step output (kernel, stub, os-release, ...)
 	noRootInitrd  string   // the initrd without root image (disk boots, installs)
 	cmdline       string
@@ -69,17 +69,33 @@ type artifactInputs struct {
 func (a *artifactInputs) kernel() string { return filepath.Join(a.assembled, kernelImage) }
 
 // rootLayers are the root's images, bottom first (the root stack's parts).
-func (a *artifactInputs) rootLayers() []string { return layerImages(a.layers) }
+func (a *artifactInputs) rootLayers() []string { return layerImages(layerDirs(a.layers)) }
 
-// liveInitrdSegments make the live initrd: the root's layers as
+// writeLiveInitrd writes the live initrd: the root's layers as
 // uncompressed cpio segments (the kernel reads them first, then the
 // compressed one), then the initrd without root.
-func (a *artifactInputs) liveInitrdSegments() []string {
-	var segs []string
-	for _, d := range a.layers {
-		segs = append(segs, filepath.Join(d, layerSegment))
+func (a *artifactInputs) writeLiveInitrd(w io.Writer) error {
+	for _, l := range a.layers {
+		if err := encodeLayerSegment(w, l, a.epoch); err != nil {
+			return err
+		}
 	}
-	return append(segs, a.noRootInitrd)
+	f, err := os.Open(a.noRootInitrd)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// liveInitrdSize estimates writeLiveInitrd's bytes, for progress.
+func (a *artifactInputs) liveInitrdSize() int64 {
+	n := fileSize(a.noRootInitrd)
+	for _, l := range a.layers {
+		n += fileSize(l.image()) + 1024 // the segment's cpio headers
+	}
+	return n
 }
 
 // diskCmdline points the disk UKI's init at the root partition.
@@ -222,15 +238,9 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		p := filepath.Join(dir, initrdName)
 		ws = append(ws, artifactWriter{
 			name: "initrd", needs: layerSteps, files: []string{p},
-			size: func() int64 {
-				var n int64
-				for _, s := range in.liveInitrdSegments() {
-					n += fileSize(s)
-				}
-				return n
-			},
+			size: in.liveInitrdSize,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := d.concat(initrdName, in.liveInitrdSegments()...); err != nil {
+				if err := d.write(initrdName, in.writeLiveInitrd); err != nil {
 					return nil, fmt.Errorf("initrd: %w", err)
 				}
 				if !out["pxe"] {
