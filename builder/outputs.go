@@ -55,8 +55,8 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
 	layers        []rootLayer // bottom first: bootstrap, [binaries,] assemble
-	assembled     string   // assemble step output (kernel, stub, os-release, ...)
-	noRootInitrd  string   // the initrd without root image (disk boots, installs)
+	assembled     string      // assemble step output (kernel, stub, os-release, ...)
+	noRootInitrd  string      // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
 	name, version string
