@@ -199,6 +199,8 @@ type build struct {
 	log     *Reporter
 	// pinned lists the sources with their digests, for the manifest.
 	pinned []osimage.Source
+	// prev is what the output directory offers for reuse (reuse.go).
+	prev *previousOutput
 }
 
 // flow is what the steps hand on to the steps after them. Each field is
@@ -214,6 +216,7 @@ type flow struct {
 	initBin  string
 	art      *artifactInputs
 	arts     map[string][]osimage.Artifact // per artifact writer
+	keys     map[string]string             // per shipped file: its writer's key
 	sizes    map[string]int64              // per step: its output's bytes
 	mu       sync.Mutex
 }
@@ -368,7 +371,10 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		os.RemoveAll(stage)
 		unlock()
 	}()
-	f := &flow{art: b.artifactInputs(), arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}}
+	f := &flow{art: b.artifactInputs(), arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
+	if !b.opts.NoCache {
+		b.prev = readPreviousOutput(b.store, final)
+	}
 	if b.opts.SignKey != "" || b.opts.SignCert != "" {
 		if f.art.signer, f.art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
 			return nil, fmt.Errorf("secure boot key: %w", err)
@@ -377,7 +383,7 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	ns := b.nodes(f, stage)
 	g := graph.New()
 	for _, n := range ns {
-		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, f)}); err != nil {
+		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, f, stage)}); err != nil {
 			return nil, err
 		}
 	}
@@ -412,18 +418,21 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 
 // runNode is how the graph runs one node: a cached step through the
 // runner, an artifact writer into the staging directory.
-func (b *build) runNode(n node, f *flow) func(ctx context.Context) error {
+func (b *build) runNode(n node, f *flow, stage string) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		ctx = withMeter(ctx, b.log, n.name)
 		if w := n.writer; w != nil {
-			stop := watchBytes(ctx, w.size(), w.files...)
-			arts, err := w.write(ctx)
-			stop()
+			arts, key, err := b.writeOrReuse(ctx, w, stage)
 			if err != nil {
 				return err
 			}
 			f.mu.Lock()
 			f.arts[n.name] = arts
+			for _, name := range w.ships {
+				if key != "" {
+					f.keys[name] = key
+				}
+			}
 			f.mu.Unlock()
 			return nil
 		}
@@ -449,6 +458,33 @@ func (b *build) runNode(n node, f *flow) func(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// writeOrReuse runs the writer w, or takes what it would write from the
+// previous output when its key matches there. It returns the writer's key
+// ("" without a cache: inputs are not named by keys then).
+func (b *build) writeOrReuse(ctx context.Context, w *artifactWriter, stage string) ([]osimage.Artifact, string, error) {
+	var key string
+	if !b.opts.NoCache && len(w.ships) > 0 {
+		var err error
+		if key, err = w.key(); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", w.name, err)
+		}
+		b.log.setKey(w.name, key)
+		arts, err := b.prev.reuse(stage, key, w.ships)
+		if err == nil {
+			b.log.cached(w.name)
+			b.log.Infof("%s: reused %s from the previous output (same inputs)", w.name, strings.Join(w.ships, ", "))
+			return arts, key, nil
+		}
+		if !errors.Is(err, errNotReusable) {
+			b.log.Infof("warning: %s: %v (writing it)", w.name, err)
+		}
+	}
+	stop := watchBytes(ctx, w.size(), w.files...)
+	arts, err := w.write(ctx)
+	stop()
+	return arts, key, err
 }
 
 func (b *build) artifactInputs() *artifactInputs {
@@ -535,7 +571,7 @@ func (b *build) publish(arts []osimage.Artifact, f *flow, stage, final string) (
 	if b.key != "" {
 		// Only the swap moved the files, and a rename keeps their
 		// identity: seal them where they now are.
-		if err := writeSeal(b.store, final, data, m.Artifacts); err != nil {
+		if err := writeSeal(b.store, final, data, m.Artifacts, f.keys); err != nil {
 			b.log.Infof("warning: %v (the next build hashes the output to see that nothing changed)", err)
 		}
 	}

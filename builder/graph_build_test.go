@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -181,6 +183,61 @@ func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
 	t.Logf("nothing changed: %v", took)
 }
 
+// TestReuseGivesWrittenBytes: after a kernel command line change the
+// build takes the root image and the live initrd from its previous output
+// (hard links: same inodes) and writes the rest; the result is byte for
+// byte what a build into an empty directory writes.
+func TestReuseGivesWrittenBytes(t *testing.T) {
+	requireTools(t, "mmdebstrap", "mksquashfs")
+	if testing.Short() {
+		t.Skip("builds an image")
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "out")
+	var log bytes.Buffer
+	opts := Options{OutputDir: out, CacheDir: sharedCacheDir(t), Progress: &log}
+	if _, err := Build(context.Background(), loadTestRecipe(t), opts); err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]sealedFile{}
+	for _, name := range []string{fileRootfs, fileInitrd, fileUKI} {
+		id, err := identity(filepath.Join(out, name))
+		mustDo(t, err)
+		before[name] = id
+	}
+	changed := func() *recipe.Recipe {
+		r := loadTestRecipe(t)
+		r.Kernel.Cmdline += " osb.test-reuse=1"
+		return r
+	}
+	log.Reset()
+	reused, err := Build(context.Background(), changed(), opts)
+	mustDo(t, err)
+	for _, name := range []string{fileRootfs, fileInitrd} {
+		id, err := identity(filepath.Join(out, name))
+		mustDo(t, err)
+		if id.Ino != before[name].Ino {
+			t.Errorf("%s was written again, want it taken from the previous output", name)
+		}
+		if !strings.Contains(log.String(), "reused "+name) {
+			t.Errorf("the build did not say it reused %s:\n%s", name, log.String())
+		}
+	}
+	if id, _ := identity(filepath.Join(out, fileUKI)); id.Ino == before[fileUKI].Ino {
+		t.Error("the UKI, whose command line changed, was reused")
+	}
+	fresh, err := Build(context.Background(), changed(), Options{OutputDir: filepath.Join(tmp, "fresh"), CacheDir: opts.CacheDir})
+	mustDo(t, err)
+	if !reflect.DeepEqual(reused.Artifacts, fresh.Artifacts) {
+		t.Errorf("reusing build:\n%+v\nfresh build:\n%+v", reused.Artifacts, fresh.Artifacts)
+	}
+	for _, a := range reused.Artifacts {
+		if got := testutil.FileSHA256(t, filepath.Join(out, a.Path)); got != a.SHA256 {
+			t.Errorf("%s: sha256 %s, manifest says %s", a.Path, got, a.SHA256)
+		}
+	}
+}
+
 // fakeOutput writes an output directory with two artifacts and a manifest
 // under key, as a build would leave it, and seals it.
 func fakeOutput(t *testing.T, key string) (dir string, m osimage.BuildManifest) {
@@ -239,7 +296,7 @@ func TestUpToDate(t *testing.T) {
 			dir, m := fakeOutput(t, "k1")
 			data, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
 			abs, _ := filepath.Abs(dir)
-			if err := writeSeal(store, abs, data, m.Artifacts); err != nil {
+			if err := writeSeal(store, abs, data, m.Artifacts, nil); err != nil {
 				t.Fatal(err)
 			}
 			if tc.change != nil {
@@ -436,9 +493,99 @@ func FuzzSeal(f *testing.F) {
 		for i, a := range m.Artifacts {
 			var s seal
 			json.Unmarshal(data, &s)
-			if id, _ := identity(filepath.Join(abs, a.Path)); s.Files[i] != id {
+			if id, _ := identity(filepath.Join(abs, a.Path)); !s.Files[i].sameFile(id) {
 				t.Fatalf("seal accepted for %s with %+v, file is %+v", a.Path, s.Files[i], id)
 			}
 		}
 	})
+}
+
+// FuzzPreviousOutput: whatever the seal says, reuse is offered only for a
+// manifest artifact that is the very file the seal names.
+func FuzzPreviousOutput(f *testing.F) {
+	f.Add([]byte(`{"output":"/x","manifest":"00","files":[{"path":"vmlinuz","size":6,"key":"k"}]}`))
+	f.Add([]byte(`{"files":[{"path":"../etc/passwd","key":"k"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		store := openStore(t)
+		dir, m := fakeOutput(t, "k")
+		abs, _ := filepath.Abs(dir)
+		p := sealPath(store, abs)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, data, 0o644)
+		prev := readPreviousOutput(store, abs)
+		if prev == nil {
+			return
+		}
+		var s seal
+		json.Unmarshal(data, &s)
+		for name, a := range prev.arts {
+			i := slices.IndexFunc(m.Artifacts, func(x osimage.Artifact) bool { return x.Path == name })
+			if i < 0 || a.art != m.Artifacts[i] || a.key == "" {
+				t.Fatalf("offered %s (%+v), not an artifact of the manifest", name, a)
+			}
+			id, _ := identity(filepath.Join(abs, name))
+			if !slices.ContainsFunc(s.Files, func(f sealedFile) bool { return f.Path == name && f.sameFile(id) && f.Key == a.key }) {
+				t.Fatalf("offered %s with a seal that does not name it as it is", name)
+			}
+		}
+	})
+}
+
+// TestPreviousOutputReuse: a writer takes files from the previous output
+// only with its key recorded for every file it ships, and only while the
+// seal still vouches for them.
+func TestPreviousOutputReuse(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		keys   map[string]string
+		change func(t *testing.T, dir string)
+		key    string
+		ships  []string
+		want   bool
+	}{
+		{name: "same key", keys: map[string]string{"vmlinuz": "k1", "disk.raw": "k2"}, key: "k1", ships: []string{"vmlinuz"}, want: true},
+		{name: "other key", keys: map[string]string{"vmlinuz": "k1"}, key: "k2", ships: []string{"vmlinuz"}},
+		{name: "one file of two keyed", keys: map[string]string{"vmlinuz": "k1"}, key: "k1", ships: []string{"vmlinuz", "disk.raw"}},
+		{name: "no keys recorded", key: "k1", ships: []string{"vmlinuz"}},
+		{name: "changed since", keys: map[string]string{"vmlinuz": "k1"}, key: "k1", ships: []string{"vmlinuz"}, change: func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernex"), 0o644)
+		}},
+		{name: "replaced since", keys: map[string]string{"vmlinuz": "k1"}, key: "k1", ships: []string{"vmlinuz"}, change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte("kernel"))
+			os.Rename(p, filepath.Join(dir, "vmlinuz"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := openStore(t)
+			dir, m := fakeOutput(t, "old")
+			abs, _ := filepath.Abs(dir)
+			data, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+			if err := writeSeal(store, abs, data, m.Artifacts, tc.keys); err != nil {
+				t.Fatal(err)
+			}
+			if tc.change != nil {
+				time.Sleep(10 * time.Millisecond) // a ctime tick on coarse clocks
+				tc.change(t, dir)
+			}
+			stage := t.TempDir()
+			arts, err := readPreviousOutput(store, abs).reuse(stage, tc.key, tc.ships)
+			if !tc.want {
+				if !errors.Is(err, errNotReusable) {
+					t.Fatalf("reuse: %v, want %v", err, errNotReusable)
+				}
+				if left, _ := os.ReadDir(stage); len(left) != 0 {
+					t.Errorf("a refused reuse left %d files in the staging directory", len(left))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, name := range tc.ships {
+				if arts[i].Path != name || testutil.FileSHA256(t, filepath.Join(stage, name)) != arts[i].SHA256 {
+					t.Errorf("reused %+v, staged file does not match", arts[i])
+				}
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -96,6 +97,16 @@ func (a *artifactInputs) liveInitrdSize() int64 {
 		n += fileSize(l.image()) + 1024 // the segment's cpio headers
 	}
 	return n
+}
+
+// signerID names the Secure Boot signer by its certificate (which binds
+// its key); "" when unsigned.
+func (a *artifactInputs) signerID() string {
+	if a.cert == nil {
+		return ""
+	}
+	sum := sha256.Sum256(a.cert.Raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // diskCmdline points the disk UKI's init at the root partition.
@@ -204,6 +215,11 @@ type artifactWriter struct {
 	// size estimates the bytes it writes, for progress.
 	size  func() int64
 	write func(ctx context.Context) ([]osimage.Artifact, error)
+	// ships are the files it writes that the output keeps (nil when it
+	// writes only for other writers); key digests its inputs: together
+	// they let a build reuse the files of an earlier output (reuse.go).
+	ships []string
+	key   func() (string, error)
 }
 
 // Files written aside in the staging directory when no chosen output
@@ -234,11 +250,31 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		initrdName, rootName = asideInitrd, asideRoot
 	}
 	layerSteps := []string{"assemble", "initrd-noroot"}
+	// Writer keys name the cache entries a writer reads by path: an
+	// entry's directory is named by its key.
+	initrdKey := func() (string, error) {
+		return writerKey("initrd", append(in.rootLayers(), in.noRootInitrd, strconv.FormatInt(in.epoch, 10))...)
+	}
+	rootKey := func() (string, error) { return writerKey("root", in.rootLayers()...) }
+	ukiKey := func() (string, error) {
+		k, err := initrdKey()
+		if err != nil {
+			return "", err
+		}
+		return writerKey("uki", k, in.assembled, in.cmdline, strconv.FormatInt(in.epoch, 10), in.signerID())
+	}
+	shipsIf := func(ok bool, names ...string) []string {
+		if !ok {
+			return nil
+		}
+		return names
+	}
 	if out["pxe"] || out["uki"] || out["iso"] {
 		p := filepath.Join(dir, initrdName)
 		ws = append(ws, artifactWriter{
 			name: "initrd", needs: layerSteps, files: []string{p},
-			size: in.liveInitrdSize,
+			ships: shipsIf(out["pxe"], fileInitrd), key: initrdKey,
+			size:  in.liveInitrdSize,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
 				if err := d.write(initrdName, in.writeLiveInitrd); err != nil {
 					return nil, fmt.Errorf("initrd: %w", err)
@@ -254,6 +290,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		p := filepath.Join(dir, rootName)
 		ws = append(ws, artifactWriter{
 			name: "root", needs: []string{"assemble"}, files: []string{p},
+			ships: shipsIf(out["pxe"], fileRootfs), key: rootKey,
 			size: func() int64 {
 				var n int64
 				for _, l := range in.rootLayers() {
@@ -280,6 +317,10 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		files := []string{filepath.Join(dir, fileKernel), filepath.Join(dir, fileNoRoot), filepath.Join(dir, fileCmdline)}
 		ws = append(ws, artifactWriter{
 			name: "pxe", needs: layerSteps, files: files,
+			ships: []string{fileKernel, fileNoRoot, fileCmdline},
+			key: func() (string, error) {
+				return writerKey("pxe", in.kernel(), in.noRootInitrd, in.cmdline)
+			},
 			size: func() int64 { return fileSize(in.kernel()) + fileSize(in.noRootInitrd) },
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
 				if err := d.concat(fileKernel, in.kernel()); err != nil {
@@ -319,6 +360,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 	if out["uki"] || out["iso"] {
 		ws = append(ws, artifactWriter{
 			name: "uki", needs: []string{"initrd"}, files: []string{ukiPath}, size: ukiSize,
+			ships: shipsIf(out["uki"], fileUKI), key: ukiKey,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
 				if err := in.writeUKI(d, ukiName, filepath.Join(dir, initrdName), in.cmdline); err != nil {
 					return nil, fmt.Errorf("uki: %w", err)
@@ -334,6 +376,15 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		p := filepath.Join(dir, fileDisk)
 		ws = append(ws, artifactWriter{
 			name: "disk", needs: []string{"root", "initrd-noroot"}, files: []string{p, p + ".uki.tmp"},
+			ships: []string{fileDisk},
+			key: func() (string, error) {
+				k, err := rootKey()
+				if err != nil {
+					return "", err
+				}
+				return writerKey("disk", k, in.assembled, in.noRootInitrd, in.diskCmdline(), strconv.FormatInt(in.dataMiB, 10),
+					in.name, in.version, in.arch, strconv.FormatInt(in.epoch, 10), in.signerID())
+			},
 			size: func() int64 {
 				return fileSize(in.kernel()) + fileSize(in.noRootInitrd) + fileSize(filepath.Join(dir, rootName)) + in.dataMiB<<20
 			},
@@ -349,6 +400,14 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		p := filepath.Join(dir, fileISO)
 		ws = append(ws, artifactWriter{
 			name: "iso", needs: []string{"uki"}, files: []string{p}, size: ukiSize,
+			ships: []string{fileISO},
+			key: func() (string, error) {
+				k, err := ukiKey()
+				if err != nil {
+					return "", err
+				}
+				return writerKey("iso", k, in.arch, in.name, in.version, strconv.FormatInt(in.epoch, 10))
+			},
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
 				err := isoimage.Write(p, isoimage.Options{
 					Architecture:    in.arch,

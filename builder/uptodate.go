@@ -122,6 +122,14 @@ type sealedFile struct {
 	Dev   uint64 `json:"dev"`
 	Ino   uint64 `json:"ino"`
 	Ctime int64  `json:"ctimeNs"`
+	// Key is the key of the writer that made the file (reuse.go).
+	Key string `json:"key,omitempty"`
+}
+
+// sameFile: f and g name the same, unchanged file.
+func (f sealedFile) sameFile(g sealedFile) bool {
+	f.Key, g.Key = "", ""
+	return f == g
 }
 
 // maxSealSize bounds a seal file; a real one is a few hundred bytes.
@@ -144,8 +152,9 @@ func identity(p string) (sealedFile, error) {
 	return sealedFile{Path: filepath.Base(p), Size: fi.Size(), Dev: uint64(st.Dev), Ino: st.Ino, Ctime: st.Ctim.Nano()}, nil
 }
 
-// writeSeal records the identity of output's artifacts (see above).
-func writeSeal(store *cache.Store, output string, manifest []byte, arts []osimage.Artifact) error {
+// writeSeal records the identity of output's artifacts (see above) and
+// the keys of the writers that made them (keys, by file name).
+func writeSeal(store *cache.Store, output string, manifest []byte, arts []osimage.Artifact, keys map[string]string) error {
 	sum := sha256.Sum256(manifest)
 	s := seal{Output: output, Manifest: hex.EncodeToString(sum[:])}
 	for _, a := range arts {
@@ -153,6 +162,7 @@ func writeSeal(store *cache.Store, output string, manifest []byte, arts []osimag
 		if err != nil {
 			return fmt.Errorf("seal %s: %w", output, err)
 		}
+		id.Key = keys[a.Path]
 		s.Files = append(s.Files, id)
 	}
 	data, err := json.Marshal(s)
@@ -207,7 +217,7 @@ func upToDate(dir, key string, store *cache.Store, verify, reseal bool) (*osimag
 	}
 	if reseal {
 		// Hashed and good: seal it so the next check is a stat.
-		_ = writeSeal(store, final, data, m.Artifacts)
+		_ = writeSeal(store, final, data, m.Artifacts, nil)
 	}
 	return &m, true, nil
 }
@@ -227,7 +237,7 @@ func sealHolds(store *cache.Store, output string, manifest []byte, arts []osimag
 	}
 	for i, a := range arts {
 		id, err := identity(filepath.Join(output, a.Path))
-		if err != nil || id != s.Files[i] || id.Size != a.Size || id.Path != a.Path {
+		if err != nil || !id.sameFile(s.Files[i]) || id.Size != a.Size || id.Path != a.Path {
 			return false
 		}
 	}

@@ -1,0 +1,137 @@
+package builder
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/boundedfile"
+	"github.com/ironcore-dev/os-builder/osimage"
+)
+
+// Artifact reuse. A build whose input key differs from its output's still
+// shares most inputs with it when the change is narrow: a new kernel
+// command line leaves the root image and the live initrd as they were, a
+// larger data partition changes only the disk. Each artifact writer has a
+// key: a digest of what it reads (the cache entries it reads from, named by
+// their own keys, the options it applies, the builder executable). The seal
+// of an output records, beside each artifact's identity, the key of the
+// writer that made it. A writer whose key matches the one recorded for
+// every file it ships, in an output the seal still vouches for (each file's
+// inode, ctime and size as written), takes those files by hard link into
+// the staging directory instead of writing them again; the manifest's
+// digests come along. Without a cache (--no-cache) the inputs are not
+// named by keys and nothing is reused.
+
+// writerVersion is part of every writer key: bump it when a writer's
+// output changes for the same inputs (the executable digest covers builds
+// by another builder).
+const writerVersion = "1"
+
+// writerKey digests a writer's inputs.
+func writerKey(name string, parts ...string) (string, error) {
+	exe, err := executableDigest()
+	if err != nil {
+		return "", err
+	}
+	var in cache.Inputs
+	in.Add("writer", name+"/"+writerVersion)
+	in.AddDigest("builder", exe)
+	for i, p := range parts {
+		in.Add(strconv.Itoa(i), p)
+	}
+	return in.Key(), nil
+}
+
+// previousOutput is what an earlier output directory offers for reuse.
+type previousOutput struct {
+	dir  string
+	arts map[string]previousArtifact // by file name
+}
+
+type previousArtifact struct {
+	art osimage.Artifact
+	key string
+}
+
+// readPreviousOutput returns the artifacts of the output directory dir
+// that its seal vouches for and that have a writer key; nil when there
+// are none.
+func readPreviousOutput(store *cache.Store, dir string) *previousOutput {
+	data, err := boundedfile.Read(filepath.Join(dir, osimage.ManifestFile), maxManifestSize)
+	if err != nil {
+		return nil
+	}
+	if _, err := parseOutputManifest(data); err != nil {
+		return nil
+	}
+	var m osimage.BuildManifest
+	if json.Unmarshal(data, &m) != nil {
+		return nil
+	}
+	sealData, err := boundedfile.Read(sealPath(store, dir), maxSealSize)
+	if err != nil {
+		return nil
+	}
+	var s seal
+	if json.Unmarshal(sealData, &s) != nil || s.Output != dir {
+		return nil
+	}
+	if sum := sha256.Sum256(data); s.Manifest != hex.EncodeToString(sum[:]) {
+		return nil
+	}
+	byName := map[string]osimage.Artifact{}
+	for _, a := range m.Artifacts {
+		byName[a.Path] = a
+	}
+	prev := &previousOutput{dir: dir, arts: map[string]previousArtifact{}}
+	for _, f := range s.Files {
+		a, ok := byName[f.Path]
+		if f.Key == "" || !ok || a.Size != f.Size {
+			continue
+		}
+		id, err := identity(filepath.Join(dir, f.Path))
+		if err != nil || !id.sameFile(f) {
+			continue
+		}
+		prev.arts[f.Path] = previousArtifact{art: a, key: f.Key}
+	}
+	if len(prev.arts) == 0 {
+		return nil
+	}
+	return prev
+}
+
+// errNotReusable: the previous output has not got every file with the key.
+var errNotReusable = errors.New("not in the previous output")
+
+// reuse links the files names, made by a writer with key, from the
+// previous output into stage and returns their manifest entries.
+func (p *previousOutput) reuse(stage, key string, names []string) ([]osimage.Artifact, error) {
+	if p == nil || len(names) == 0 {
+		return nil, errNotReusable
+	}
+	var arts []osimage.Artifact
+	for _, n := range names {
+		a, ok := p.arts[n]
+		if !ok || a.key != key {
+			return nil, errNotReusable
+		}
+		arts = append(arts, a.art)
+	}
+	for i, n := range names {
+		if err := os.Link(filepath.Join(p.dir, n), filepath.Join(stage, n)); err != nil {
+			for _, done := range names[:i] {
+				os.Remove(filepath.Join(stage, done))
+			}
+			return nil, fmt.Errorf("reuse %s: %w", n, err)
+		}
+	}
+	return arts, nil
+}
