@@ -487,7 +487,13 @@ func (a *artifactInputs) writeUKI(d *artifactDir, name, initrdPath, cmdline stri
 	if err != nil {
 		return err
 	}
-	initrd, err := os.ReadFile(initrdPath)
+	// Streamed, not read whole: the live initrd carries the root image.
+	initrd, err := os.Open(initrdPath)
+	if err != nil {
+		return err
+	}
+	defer initrd.Close()
+	fi, err := initrd.Stat()
 	if err != nil {
 		return err
 	}
@@ -500,7 +506,7 @@ func (a *artifactInputs) writeUKI(d *artifactDir, name, initrdPath, cmdline stri
 		return err
 	}
 	opts := uki.Options{
-		Stub: stub, Kernel: kernel, Initrd: initrd, Cmdline: cmdline,
+		Stub: stub, Kernel: kernel, InitrdReader: io.NewSectionReader(initrd, 0, fi.Size()), Cmdline: cmdline,
 		OSRelease: string(osr), Uname: kver, SourceDateEpoch: a.epoch,
 		Signer: a.signer, Certificate: a.cert,
 	}

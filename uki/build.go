@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
 	"errors"
@@ -68,6 +69,10 @@ type Options struct {
 	Kernel []byte
 	// Initrd is the initramfs; no .initrd section when empty.
 	Initrd []byte
+	// InitrdReader, when set instead of Initrd, is the initramfs read as
+	// it is written: an initrd of a GiB costs no GiB of memory (it is
+	// read twice: for the checksum, and the signature, then for the image).
+	InitrdReader *io.SectionReader
 	// Cmdline is the kernel command line; surrounding white space (such as
 	// the newline of a file) is trimmed. No .cmdline section when empty.
 	Cmdline string
@@ -100,11 +105,34 @@ type Options struct {
 	PCRPhases []string
 }
 
-// region is a piece of the output after the headers: data followed by
-// zeros up to size bytes.
+// region is a piece of the output after the headers: its content (data,
+// or len bytes of src) followed by zeros up to size bytes.
 type region struct {
 	data []byte
+	src  *io.SectionReader
 	size uint32
+}
+
+func (r region) len() int64 {
+	if r.src != nil {
+		return r.src.Size()
+	}
+	return int64(len(r.data))
+}
+
+// copyBuf sizes the chunks a region from a reader is copied in.
+const copyBuf = 1 << 20
+
+func (r region) writeContent(w io.Writer) error {
+	if r.src == nil {
+		_, err := w.Write(r.data)
+		return err
+	}
+	n, err := io.CopyBuffer(w, io.NewSectionReader(r.src, 0, r.src.Size()), make([]byte, copyBuf))
+	if err == nil && n != r.src.Size() {
+		err = fmt.Errorf("read %d of %d bytes", n, r.src.Size())
+	}
+	return err
 }
 
 // plan is a fully laid-out image: the headers, the section data in file
@@ -142,10 +170,10 @@ func writeZeros(w io.Writer, n int64) error {
 // writeSections writes the regions, with their padding, to w.
 func (pl *plan) writeSections(w io.Writer) error {
 	for _, r := range pl.regions {
-		if _, err := w.Write(r.data); err != nil {
+		if err := r.writeContent(w); err != nil {
 			return err
 		}
-		if err := writeZeros(w, int64(r.size)-int64(len(r.data))); err != nil {
+		if err := writeZeros(w, int64(r.size)-r.len()); err != nil {
 			return err
 		}
 	}
@@ -222,7 +250,11 @@ func Write(w io.Writer, opts Options) (int64, error) {
 // Build assembles the UKI described by opts in memory.
 func Build(opts Options) ([]byte, error) {
 	var buf bytes.Buffer
-	buf.Grow(len(opts.Stub) + len(opts.Kernel) + len(opts.Initrd) + 64<<10)
+	n := len(opts.Stub) + len(opts.Kernel) + len(opts.Initrd) + 64<<10
+	if opts.InitrdReader != nil {
+		n += int(opts.InitrdReader.Size())
+	}
+	buf.Grow(n)
 	if _, err := Write(&buf, opts); err != nil {
 		return nil, err
 	}
@@ -298,15 +330,20 @@ func layout(opts Options) (*plan, error) {
 		return nil, fmt.Errorf("uki: stub has %d data directories, no certificate table entry", stub.NumDirs)
 	}
 
+	if opts.InitrdReader != nil && len(opts.Initrd) > 0 {
+		return nil, errors.New("uki: Initrd and InitrdReader are both set")
+	}
+	initrd := region{data: opts.Initrd, src: opts.InitrdReader}
+
 	// The new sections, in placement order.
 	type newSection struct {
 		name string
-		data []byte
+		region
 	}
 	var adds []newSection
 	add := func(name string, data []byte) {
 		if len(data) > 0 {
-			adds = append(adds, newSection{name, data})
+			adds = append(adds, newSection{name, region{data: data}})
 		}
 	}
 	add(SectionOSRel, []byte(opts.OSRelease))
@@ -314,14 +351,23 @@ func layout(opts Options) (*plan, error) {
 	add(SectionUname, []byte(strings.TrimSpace(opts.Uname)))
 	add(SectionSBAT, []byte(mergeSBAT(stub, opts)))
 	for _, s := range opts.Sections {
-		adds = append(adds, newSection{s.Name, s.Data})
+		adds = append(adds, newSection{s.Name, region{data: s.Data}})
 	}
 	if key, ok := opts.Signer.(*rsa.PrivateKey); ok && SignsPCR(opts.Stub, key) {
-		sections := map[string][]byte{SectionInitrd: opts.Initrd, SectionLinux: opts.Kernel}
-		for _, a := range adds {
-			sections[a.name] = a.data
+		sections := map[string][32]byte{}
+		given := map[string]bool{}
+		for _, a := range append(adds, newSection{SectionInitrd, initrd}, newSection{SectionLinux, region{data: opts.Kernel}}) {
+			given[a.name] = true
+			if a.len() == 0 {
+				continue
+			}
+			h := sha256.New()
+			if err := a.writeContent(h); err != nil {
+				return nil, fmt.Errorf("uki: reading %s: %w", a.name, err)
+			}
+			sections[a.name] = [32]byte(h.Sum(nil))
 		}
-		if sections[SectionPCRPKey] == nil && sections[SectionPCRSig] == nil {
+		if !given[SectionPCRPKey] && !given[SectionPCRSig] {
 			phases := opts.PCRPhases
 			if phases == nil {
 				phases = DefaultPCRPhases
@@ -334,7 +380,9 @@ func layout(opts Options) (*plan, error) {
 			add(SectionPCRSig, sig)
 		}
 	}
-	add(SectionInitrd, opts.Initrd)
+	if initrd.len() > 0 {
+		adds = append(adds, newSection{SectionInitrd, initrd})
+	}
 	add(SectionLinux, opts.Kernel)
 
 	// Stub sections kept: all but .sbat, which the merged one replaces.
@@ -355,7 +403,7 @@ func layout(opts Options) (*plan, error) {
 		if a.name == "" || len(a.name) > 8 || a.name[0] != '.' {
 			return nil, fmt.Errorf("uki: section name %q must start with '.' and be at most 8 bytes", a.name)
 		}
-		if len(a.data) == 0 {
+		if a.len() == 0 {
 			return nil, fmt.Errorf("uki: section %s is empty", a.name)
 		}
 		if names[a.name] {
@@ -444,21 +492,24 @@ func layout(opts Options) (*plan, error) {
 	var addedInit uint64
 	for _, a := range adds {
 		va = alignUp(va, pageAlign)
-		raw := alignUp(uint64(len(a.data)), fa)
-		if va+uint64(len(a.data)) > 1<<32-1 || fileOff+raw > 1<<32-1 {
+		size := uint64(a.len())
+		raw := alignUp(size, fa)
+		if va+size > 1<<32-1 || fileOff+raw > 1<<32-1 {
 			return nil, fmt.Errorf("uki: section %s does not fit in a 4 GiB PE image", a.name)
 		}
 		h := sectionHeader{
 			Name:             a.name,
-			VirtualSize:      uint32(len(a.data)),
+			VirtualSize:      uint32(size),
 			VirtualAddress:   uint32(va),
 			SizeOfRawData:    uint32(raw),
 			PointerToRawData: uint32(fileOff),
 			Characteristics:  scnCntInitializedData | scnMemRead,
 		}
 		headers = append(headers, h)
-		pl.regions = append(pl.regions, region{data: a.data, size: uint32(raw)})
-		va += uint64(len(a.data))
+		r := a.region
+		r.size = uint32(raw)
+		pl.regions = append(pl.regions, r)
+		va += size
 		fileOff += raw
 		addedInit += raw
 	}

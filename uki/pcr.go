@@ -100,28 +100,28 @@ func stubVersion(p *peFile) int {
 	return v
 }
 
-// extend is a TPM PCR extend in the SHA-256 bank.
-func extend(pcr [32]byte, data []byte) [32]byte {
-	d := sha256.Sum256(data)
+// extend is a TPM PCR extend in the SHA-256 bank of data's digest d.
+func extend(pcr, d [32]byte) [32]byte {
 	return sha256.Sum256(append(pcr[:], d[:]...))
 }
 
 // predictPCR11 is PCR 11 after a stub of systemd version v measured
-// sections (name -> content; absent or empty ones are skipped, as the stub
-// does) and then the phase words of phase (':'-separated; "" for none).
-func predictPCR11(v int, sections map[string][]byte, phase string) [32]byte {
+// sections (name -> the sha256 of its content; absent for empty ones,
+// which the stub skips) and then the phase words of phase (':'-separated;
+// "" for none).
+func predictPCR11(v int, sections map[string][32]byte, phase string) [32]byte {
 	var pcr [32]byte
 	for _, name := range measuredSections(v) {
-		data := sections[name]
-		if len(data) == 0 {
+		d, ok := sections[name]
+		if !ok {
 			continue
 		}
-		pcr = extend(pcr, append([]byte(name), 0))
-		pcr = extend(pcr, data)
+		pcr = extend(pcr, sha256.Sum256(append([]byte(name), 0)))
+		pcr = extend(pcr, d)
 	}
 	if phase != "" {
 		for _, word := range strings.Split(phase, ":") {
-			pcr = extend(pcr, []byte(word))
+			pcr = extend(pcr, sha256.Sum256([]byte(word)))
 		}
 	}
 	return pcr
@@ -140,12 +140,16 @@ func PredictPCR11(pe []byte, phase string) ([32]byte, error) {
 	if measuredSections(v) == nil {
 		return [32]byte{}, fmt.Errorf("uki: predict PCR 11: stub (systemd %d) measures nothing", v)
 	}
-	sections := map[string][]byte{}
+	sections := map[string][32]byte{}
+	seen := map[string]bool{}
 	for _, s := range p.Sections {
-		if _, dup := sections[s.Name]; dup {
+		if seen[s.Name] {
 			return [32]byte{}, fmt.Errorf("uki: predict PCR 11: section %s appears twice", s.Name)
 		}
-		sections[s.Name] = p.content(s)
+		seen[s.Name] = true
+		if c := p.content(s); len(c) > 0 {
+			sections[s.Name] = sha256.Sum256(c)
+		}
 	}
 	return predictPCR11(v, sections, phase), nil
 }
@@ -189,15 +193,16 @@ func policyPCR(value [32]byte) [32]byte {
 
 // pcrSections makes .pcrpkey (the RSA public key, PEM) and .pcrsig for a
 // stub of systemd version v and the other sections of the UKI (name ->
-// content), signing the PCR 11 value of each phase with key.
-func pcrSections(v int, key *rsa.PrivateKey, sections map[string][]byte, phases []string) (pkey, sig []byte, err error) {
+// sha256 of the content, non-empty ones only), signing the PCR 11 value of
+// each phase with key.
+func pcrSections(v int, key *rsa.PrivateKey, sections map[string][32]byte, phases []string) (pkey, sig []byte, err error) {
 	spki, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pcr public key: %w", err)
 	}
 	pkey = pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: spki})
 	fp := sha256.Sum256(x509.MarshalPKCS1PublicKey(&key.PublicKey))
-	measured := map[string][]byte{SectionPCRPKey: pkey}
+	measured := map[string][32]byte{SectionPCRPKey: sha256.Sum256(pkey)}
 	for n, d := range sections {
 		if n != SectionPCRPKey && n != SectionPCRSig {
 			measured[n] = d

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -48,8 +49,8 @@ func TestPolicyPCR(t *testing.T) {
 		value [32]byte
 	}{
 		{"zero", [32]byte{}},
-		{"stub-measured", predictPCR11(252, map[string][]byte{SectionLinux: []byte("kernel"), SectionCmdline: []byte("console=ttyS0")}, "")},
-		{"after-phases", predictPCR11(253, map[string][]byte{SectionLinux: []byte("kernel"), SectionUname: []byte("6.1.0")}, "enter-initrd:leave-initrd")},
+		{"stub-measured", predictPCR11(252, digests(map[string][]byte{SectionLinux: []byte("kernel"), SectionCmdline: []byte("console=ttyS0")}), "")},
+		{"after-phases", predictPCR11(253, digests(map[string][]byte{SectionLinux: []byte("kernel"), SectionUname: []byte("6.1.0")}), "enter-initrd:leave-initrd")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := policyPCR(tc.value)
@@ -67,16 +68,16 @@ func TestPredictPCR11Order(t *testing.T) {
 	for k, v := range base {
 		withSig[k] = v
 	}
-	if predictPCR11(252, base, "") != predictPCR11(252, map[string][]byte{SectionLinux: []byte("k"), SectionOSRel: []byte("o")}, "") {
+	if predictPCR11(252, digests(base), "") != predictPCR11(252, digests(map[string][]byte{SectionLinux: []byte("k"), SectionOSRel: []byte("o")}), "") {
 		t.Error("systemd 252's stub does not measure .uname or .sbat")
 	}
-	if predictPCR11(253, base, "") == predictPCR11(252, base, "") {
+	if predictPCR11(253, digests(base), "") == predictPCR11(252, digests(base), "") {
 		t.Error("systemd 253's stub measures .uname and .sbat")
 	}
-	if predictPCR11(253, base, "") != predictPCR11(253, withSig, "") {
+	if predictPCR11(253, digests(base), "") != predictPCR11(253, digests(withSig), "") {
 		t.Error(".pcrsig and empty sections must not be measured")
 	}
-	if predictPCR11(253, base, "a:b") != predictPCR11(253, base, "a:b") || predictPCR11(253, base, "a:b") == predictPCR11(253, base, "b:a") {
+	if predictPCR11(253, digests(base), "a:b") != predictPCR11(253, digests(base), "a:b") || predictPCR11(253, digests(base), "a:b") == predictPCR11(253, digests(base), "b:a") {
 		t.Error("phases are extended in order")
 	}
 }
@@ -212,4 +213,16 @@ func FuzzPredictPCR11(f *testing.F) {
 	f.Fuzz(func(t *testing.T, pe []byte) {
 		PredictPCR11(pe, "enter-initrd")
 	})
+}
+
+// digests are the section digests predictPCR11 takes, of the non-empty
+// sections of m.
+func digests(m map[string][]byte) map[string][32]byte {
+	d := map[string][32]byte{}
+	for name, data := range m {
+		if len(data) > 0 {
+			d[name] = sha256.Sum256(data)
+		}
+	}
+	return d
 }

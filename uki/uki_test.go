@@ -7,6 +7,7 @@ import (
 	"debug/pe"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -515,5 +516,50 @@ func TestInspect(t *testing.T) {
 	}
 	if _, err := Inspect(filepath.Join(t.TempDir(), "missing.efi")); err == nil {
 		t.Error("Inspect of a missing file succeeded")
+	}
+}
+
+// TestInitrdReaderSameBytes: an initrd streamed from a reader gives the
+// same image as the same initrd in memory: unsigned, signed, and signed
+// with the PCR 11 signature (the Debian stub measures).
+func TestInitrdReaderSameBytes(t *testing.T) {
+	dir := testKeyDir(t)
+	key, cert, err := LoadSigner(filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		stub   []byte
+		signed bool
+	}{
+		{"unsigned", syntheticStub(), false},
+		{"signed", syntheticStub(), true},
+		{"signed, measured", hostStub(t), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions(tc.stub)
+			if tc.signed {
+				opts.Signer, opts.Certificate = key, cert
+			}
+			want, err := Build(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			initrd := opts.Initrd
+			opts.Initrd = nil
+			opts.InitrdReader = io.NewSectionReader(bytes.NewReader(initrd), 0, int64(len(initrd)))
+			got, err := Build(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Error("the image with the initrd from a reader differs from the one with the initrd in memory")
+			}
+			opts.Initrd = initrd
+			if _, err := Build(opts); err == nil {
+				t.Error("Initrd and InitrdReader both set: no error")
+			}
+		})
 	}
 }
