@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -382,7 +383,7 @@ func mksquashfs(ctx context.Context, root, out string, epoch int64) error {
 	// (level 3: 3.4 s, +10%). Fixed times keep the image reproducible.
 	cmd := exec.CommandContext(ctx, "mksquashfs", root, out,
 		"-noappend", "-comp", "zstd", "-Xcompression-level", "6", "-b", "1M",
-		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", "2")
+		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", strconv.Itoa(runtime.NumCPU()))
 	cmd.Env = withoutEnv(os.Environ(), "SOURCE_DATE_EPOCH") // it refuses both
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w\n%s", err, tail(string(b), 20))

@@ -319,7 +319,13 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 			name: "pxe", needs: layerSteps, files: files,
 			ships: []string{fileKernel, fileNoRoot, fileCmdline},
 			key: func() (string, error) {
-				return writerKey("pxe", in.kernel(), in.noRootInitrd, in.cmdline)
+				// The kernel by content: it lives in the assemble step's
+				// output, which a changed unit renews.
+				k, err := digestFile(in.kernel())
+				if err != nil {
+					return "", err
+				}
+				return writerKey("pxe", k, in.noRootInitrd, in.cmdline)
 			},
 			size: func() int64 { return fileSize(in.kernel()) + fileSize(in.noRootInitrd) },
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
