@@ -381,9 +381,12 @@ func mksquashfs(ctx context.Context, root, out string, epoch int64) error {
 	// zstd: fast to decompress at boot. Level 6, measured on the test
 	// recipe's tree: 7 s against 46 s for level 15, for a 2.4% larger image
 	// (level 3: 3.4 s, +10%). Fixed times keep the image reproducible.
+	// -mem 256M: by default its caches grow to about a GiB on a 942 MB tree
+	// (the hypervisor's base); bounded, it writes the same bytes as fast
+	// (4.5 s either way) with 170 MB resident.
 	cmd := exec.CommandContext(ctx, "mksquashfs", root, out,
 		"-noappend", "-comp", "zstd", "-Xcompression-level", "6", "-b", "1M",
-		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", strconv.Itoa(runtime.NumCPU()))
+		"-mkfs-time", e, "-all-time", e, "-no-progress", "-quiet", "-processors", strconv.Itoa(runtime.NumCPU()), "-mem", "256M")
 	cmd.Env = withoutEnv(os.Environ(), "SOURCE_DATE_EPOCH") // it refuses both
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mksquashfs: %w\n%s", err, tail(string(b), 20))
