@@ -274,7 +274,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		ws = append(ws, artifactWriter{
 			name: "initrd", needs: layerSteps, files: []string{p},
 			ships: shipsIf(out["pxe"], fileInitrd), key: initrdKey,
-			size:  in.liveInitrdSize,
+			size: in.liveInitrdSize,
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
 				if err := d.write(initrdName, in.writeLiveInitrd); err != nil {
 					return nil, fmt.Errorf("initrd: %w", err)
