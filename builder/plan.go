@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/ironcore-dev/os-builder/builder/graph"
 	"github.com/ironcore-dev/os-builder/recipe"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // Plan is a build's graph as `builder build --plan` shows it, without
@@ -31,7 +33,9 @@ type PlanStep struct {
 	// step that has to run first.
 	Key string `json:"key,omitempty"`
 	// Cache is hit, miss, pending (the key needs the output of a step that
-	// misses), write (an artifact writer: always runs) or no-cache.
+	// misses), write (an artifact writer that runs), reuse (an artifact
+	// writer whose files the previous output has, made from the same
+	// inputs) or no-cache.
 	Cache  string `json:"cache"`
 	Jobs   int    `json:"jobs"`
 	MemMiB int    `json:"memMiB"`
@@ -60,6 +64,17 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 		}
 	}
 	f := &flow{art: b.artifactInputs()}
+	if b.opts.SignKey != "" || b.opts.SignCert != "" {
+		if f.art.signer, f.art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
+			return nil, fmt.Errorf("secure boot key: %w", err)
+		}
+	}
+	var prev *previousOutput
+	if !b.opts.NoCache {
+		if final, err := filepath.Abs(b.opts.OutputDir); err == nil {
+			prev = readPreviousOutput(store, final)
+		}
+	}
 	ns := b.nodes(f, "")
 	g := graph.New()
 	byName := map[string]node{}
@@ -84,6 +99,20 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 		switch {
 		case n.writer != nil:
 			ps.Cache = "write"
+			if !ready {
+				break
+			}
+			resolved[n.name] = true // its key is made of resolved outputs
+			if w := n.writer; !b.opts.NoCache && len(w.ships) > 0 {
+				key, err := w.key()
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", n.name, err)
+				}
+				ps.Key = key
+				if prev.has(key, w.ships) {
+					ps.Cache = "reuse"
+				}
+			}
 		case !ready:
 			ps.Cache = "pending"
 		default:

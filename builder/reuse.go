@@ -108,22 +108,32 @@ func readPreviousOutput(store *cache.Store, dir string) *previousOutput {
 	return prev
 }
 
+// has reports whether the previous output has the files names, made by a
+// writer with key.
+func (p *previousOutput) has(key string, names []string) bool {
+	if p == nil || len(names) == 0 {
+		return false
+	}
+	for _, n := range names {
+		if a, ok := p.arts[n]; !ok || a.key != key {
+			return false
+		}
+	}
+	return true
+}
+
 // errNotReusable: the previous output has not got every file with the key.
 var errNotReusable = errors.New("not in the previous output")
 
 // reuse links the files names, made by a writer with key, from the
 // previous output into stage and returns their manifest entries.
 func (p *previousOutput) reuse(stage, key string, names []string) ([]osimage.Artifact, error) {
-	if p == nil || len(names) == 0 {
+	if !p.has(key, names) {
 		return nil, errNotReusable
 	}
 	var arts []osimage.Artifact
 	for _, n := range names {
-		a, ok := p.arts[n]
-		if !ok || a.key != key {
-			return nil, errNotReusable
-		}
-		arts = append(arts, a.art)
+		arts = append(arts, p.arts[n].art)
 	}
 	for i, n := range names {
 		if err := os.Link(filepath.Join(p.dir, n), filepath.Join(stage, n)); err != nil {
