@@ -415,7 +415,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 				return writerKey("iso", k, in.arch, in.name, in.version, strconv.FormatInt(in.epoch, 10))
 			},
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				err := isoimage.Write(p, isoimage.Options{
+				sum, err := isoimage.WriteDigest(p, isoimage.Options{
 					Architecture:    in.arch,
 					UKI:             ukiPath,
 					VolumeLabel:     isoVolumeLabel(in.name),
@@ -425,6 +425,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 				if err != nil {
 					return nil, fmt.Errorf("iso: %w", err)
 				}
+				d.setSum(fileISO, sum)
 				return one(osimage.KindISO, fileISO)
 			},
 		})

@@ -222,17 +222,50 @@ func (img FATImage) WriteAt(f *os.File, off, size int64) error {
 	if err := fits(files, size); err != nil {
 		return err
 	}
-	return img.write(f, off, size, files)
+	_, err = img.write(f, off, size, files, "")
+	return err
 }
 
-func (img FATImage) write(f *os.File, off, size int64, files []fatFile) error {
+// Range is a run of bytes in a FAT image, Offset from the image's start.
+type Range struct {
+	Offset, Length int64
+}
+
+// WriteAtDeferring is WriteAt without the data of the file at the FAT path
+// deferred (e.g. "EFI/BOOT/BOOTX64.EFI"): it returns where that file's
+// bytes go, in file order, and the caller writes them (the ISO writer
+// writes them while hashing the image in order). Until then they read as
+// zeros.
+func (img FATImage) WriteAtDeferring(f *os.File, off, size int64, deferred string) ([]Range, error) {
+	files, err := img.plan()
+	if err != nil {
+		return nil, err
+	}
+	if err := fits(files, size); err != nil {
+		return nil, err
+	}
+	want := path.Clean("/" + deferred)
+	found := false
+	for _, ff := range files {
+		found = found || strings.EqualFold(ff.fatPath, want)
+	}
+	if !found {
+		return nil, fmt.Errorf("FAT file %s to defer is not in the image", deferred)
+	}
+	return img.write(f, off, size, files, want)
+}
+
+// write formats the FAT and writes its files; the data of the file at the
+// FAT path deferred (if any) is left to the caller, at the ranges returned.
+func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred string) ([]Range, error) {
+	var deferredRanges []Range
 	label := img.Label
 	if len(label) > 11 {
-		return fmt.Errorf("FAT label %q is longer than 11 characters", label)
+		return nil, fmt.Errorf("FAT label %q is longer than 11 characters", label)
 	}
 	fs, err := fat32.Create(file.New(f, false), size, off, fatSectorSize, label, true)
 	if err != nil {
-		return fmt.Errorf("formatting FAT32: %w", err)
+		return nil, fmt.Errorf("formatting FAT32: %w", err)
 	}
 	made := map[string]bool{"/": true}
 	for _, ff := range files {
@@ -243,66 +276,83 @@ func (img FATImage) write(f *os.File, off, size int64, files []fatFile) error {
 		}
 		for _, d := range parents {
 			if err := fs.Mkdir(d); err != nil {
-				return fmt.Errorf("FAT mkdir %s: %w", d, err)
+				return nil, fmt.Errorf("FAT mkdir %s: %w", d, err)
 			}
 			made[d] = true
 		}
-		if err := writeFATFile(f, fs, off, ff); err != nil {
-			return err
+		ranges, err := writeFATFile(f, fs, off, ff, strings.EqualFold(ff.fatPath, deferred))
+		if err != nil {
+			return nil, err
+		}
+		if strings.EqualFold(ff.fatPath, deferred) {
+			deferredRanges = ranges
 		}
 	}
 	if err := normalizeFAT(f, off, img.ModTime, img.VolumeID); err != nil {
-		return fmt.Errorf("normalizing FAT metadata: %w", err)
+		return nil, fmt.Errorf("normalizing FAT metadata: %w", err)
 	}
-	return nil
+	return deferredRanges, nil
 }
 
 // writeFATFile creates ff in fs and copies its bytes. go-diskfs writes a
 // file one cluster per call and rewrites the FAT on every Write, which is
 // slow for hundreds of MiB; so one Write at the last byte makes it allocate
 // the whole chain, and the data then goes straight to the chain's ranges.
-func writeFATFile(f *os.File, fs *fat32.FileSystem, off int64, ff fatFile) error {
+//
+// With deferData it only allocates the chain and returns where the file's
+// bytes go (offsets from the image's start, the last range cut to the
+// file's size), for the caller to write.
+func writeFATFile(f *os.File, fs *fat32.FileSystem, off int64, ff fatFile, deferData bool) ([]Range, error) {
 	h, err := fs.OpenFile(ff.fatPath, os.O_CREATE|os.O_RDWR)
 	if err != nil {
-		return fmt.Errorf("FAT create %s: %w", ff.fatPath, err)
+		return nil, fmt.Errorf("FAT create %s: %w", ff.fatPath, err)
 	}
 	defer h.Close()
 	if ff.size == 0 {
-		return nil
+		return nil, nil
 	}
 	fh, ok := h.(*fat12.File)
 	if !ok {
-		return fmt.Errorf("FAT create %s: unexpected file type %T", ff.fatPath, h)
+		return nil, fmt.Errorf("FAT create %s: unexpected file type %T", ff.fatPath, h)
 	}
 	if _, err := fh.Seek(ff.size-1, io.SeekStart); err != nil {
-		return fmt.Errorf("FAT seek %s: %w", ff.fatPath, err)
+		return nil, fmt.Errorf("FAT seek %s: %w", ff.fatPath, err)
 	}
 	if _, err := fh.Write([]byte{0}); err != nil {
-		return fmt.Errorf("FAT allocate %s (%d bytes): %w", ff.fatPath, ff.size, err)
+		return nil, fmt.Errorf("FAT allocate %s (%d bytes): %w", ff.fatPath, ff.size, err)
 	}
-	ranges, err := fh.GetDiskRanges()
+	chain, err := fh.GetDiskRanges()
 	if err != nil {
-		return fmt.Errorf("FAT ranges of %s: %w", ff.fatPath, err)
+		return nil, fmt.Errorf("FAT ranges of %s: %w", ff.fatPath, err)
 	}
-	src, err := openInput(ff.source)
-	if err != nil {
-		return fmt.Errorf("FAT file %s: %w", ff.fatPath, err)
-	}
-	defer src.Close()
+	var ranges []Range
 	left := ff.size
-	for _, r := range ranges {
+	for _, r := range chain {
 		n := min(int64(r.Length), left)
-		if err := copySparse(f, off+int64(r.Offset), io.LimitReader(src, n), n); err != nil {
-			return fmt.Errorf("FAT file %s from %s: %w", ff.fatPath, ff.source, err)
+		if n > 0 {
+			ranges = append(ranges, Range{Offset: int64(r.Offset), Length: n})
 		}
 		left -= n
 	}
 	if left != 0 {
-		return fmt.Errorf("FAT file %s: cluster chain %d bytes short", ff.fatPath, left)
+		return nil, fmt.Errorf("FAT file %s: cluster chain %d bytes short", ff.fatPath, left)
+	}
+	if deferData {
+		return ranges, nil
+	}
+	src, err := openInput(ff.source)
+	if err != nil {
+		return nil, fmt.Errorf("FAT file %s: %w", ff.fatPath, err)
+	}
+	defer src.Close()
+	for _, r := range ranges {
+		if err := copySparse(f, off+r.Offset, io.LimitReader(src, r.Length), r.Length); err != nil {
+			return nil, fmt.Errorf("FAT file %s from %s: %w", ff.fatPath, ff.source, err)
+		}
 	}
 	var probe [1]byte
 	if n, _ := src.Read(probe[:]); n > 0 {
-		return fmt.Errorf("FAT file %s: %s grew while writing", ff.fatPath, ff.source)
+		return nil, fmt.Errorf("FAT file %s: %s grew while writing", ff.fatPath, ff.source)
 	}
-	return nil
+	return ranges, nil
 }

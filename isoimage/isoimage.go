@@ -16,6 +16,11 @@
 package isoimage
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+
 	"github.com/ironcore-dev/os-builder/internal/atomicfile"
 
 	"errors"
@@ -97,31 +102,41 @@ func isoPath(p string) (string, error) {
 // Write writes the ISO to path, via path+".tmp" renamed into place only on
 // success: after a failure nothing new is at path.
 func Write(path string, opts Options) error {
-	if err := write(path, opts); err != nil {
-		return fmt.Errorf("ISO image %s: %w", path, err)
-	}
-	return nil
+	_, err := WriteDigest(path, opts)
+	return err
 }
 
-func write(out string, opts Options) (err error) {
+// WriteDigest is Write that also returns the image's sha256 (hex), taken as
+// the UKI's bytes are written (into the boot image and as a plain file)
+// and from the small rest read back: the caller need not read the image
+// again.
+func WriteDigest(path string, opts Options) (string, error) {
+	sum, err := write(path, opts)
+	if err != nil {
+		return "", fmt.Errorf("ISO image %s: %w", path, err)
+	}
+	return sum, nil
+}
+
+func write(out string, opts Options) (sum string, err error) {
 	boot, err := diskimage.BootFileName(opts.Architecture)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if opts.UKI == "" {
-		return errors.New("no UKI given")
+		return "", errors.New("no UKI given")
 	}
 	if fi, err := os.Stat(opts.UKI); err != nil {
-		return fmt.Errorf("UKI: %w", err)
+		return "", fmt.Errorf("UKI: %w", err)
 	} else if !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return fmt.Errorf("UKI %s is empty or not a regular file", opts.UKI)
+		return "", fmt.Errorf("UKI %s is empty or not a regular file", opts.UKI)
 	}
 	label := opts.VolumeLabel
 	if label == "" {
 		label = defaultVolumeLabel
 	}
 	if !volumeName.MatchString(label) {
-		return fmt.Errorf("volume label %q: want 1-32 of A-Z, 0-9, _", label)
+		return "", fmt.Errorf("volume label %q: want 1-32 of A-Z, 0-9, _", label)
 	}
 	bootFile := "/EFI/BOOT/" + boot
 	tree := map[string]string{bootFile: opts.UKI}
@@ -129,18 +144,18 @@ func write(out string, opts Options) (err error) {
 	for p, src := range opts.Files {
 		clean, err := isoPath(p)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if reserved[clean] {
-			return fmt.Errorf("ISO path %s is reserved for the boot files", clean)
+			return "", fmt.Errorf("ISO path %s is reserved for the boot files", clean)
 		}
 		if _, dup := tree[clean]; dup {
-			return fmt.Errorf("ISO path %s given twice", clean)
+			return "", fmt.Errorf("ISO path %s given twice", clean)
 		}
 		if fi, err := os.Stat(src); err != nil {
-			return fmt.Errorf("ISO file %s: %w", clean, err)
+			return "", fmt.Errorf("ISO file %s: %w", clean, err)
 		} else if !fi.Mode().IsRegular() {
-			return fmt.Errorf("ISO file %s: %s is not a regular file", clean, src)
+			return "", fmt.Errorf("ISO file %s: %s is not a regular file", clean, src)
 		}
 		tree[clean] = src
 	}
@@ -148,7 +163,7 @@ func write(out string, opts Options) (err error) {
 	espFiles := map[string]string{"EFI/BOOT/" + boot: opts.UKI}
 	for p, src := range opts.ESPFiles {
 		if strings.EqualFold(path.Clean("/"+p), bootFile) {
-			return fmt.Errorf("ESP file %s would replace the UKI", p)
+			return "", fmt.Errorf("ESP file %s would replace the UKI", p)
 		}
 		espFiles[p] = src
 	}
@@ -161,42 +176,169 @@ func write(out string, opts Options) (err error) {
 	}
 	espSize, err := esp.Size()
 	if err != nil {
-		return fmt.Errorf("boot image: %w", err)
+		return "", fmt.Errorf("boot image: %w", err)
 	}
 
 	// go-diskfs builds the tree in a workspace directory and lays it out
 	// on Finalize. Next to the output, inputs can be hard links, not copies.
 	work, err := os.MkdirTemp(filepath.Dir(out), ".isoimage-work-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer os.RemoveAll(work)
 	// The boot image is staged as a hole of its size, which go-diskfs
-	// lays out for free (coalescingBackend); layOut then writes the FAT
+	// lays out for free (coalescingBackend); the FAT is then written
 	// straight into the ISO: its bytes are written once, not staged and
 	// copied.
 	if err := stageHole(filepath.Join(work, BootImagePath), espSize); err != nil {
-		return fmt.Errorf("boot image: %w", err)
+		return "", fmt.Errorf("boot image: %w", err)
+	}
+	// The UKI is read from one open file: both of its copies (in the FAT
+	// and as a plain file, staged as a hole too) are written from it as
+	// the image is hashed.
+	uki, err := os.Open(opts.UKI)
+	if err != nil {
+		return "", fmt.Errorf("UKI: %w", err)
+	}
+	defer uki.Close()
+	fi, err := uki.Stat()
+	if err != nil {
+		return "", fmt.Errorf("UKI: %w", err)
+	}
+	if err := stageHole(filepath.Join(work, bootFile), fi.Size()); err != nil {
+		return "", fmt.Errorf("staging %s: %w", bootFile, err)
 	}
 	paths := make([]string, 0, len(tree))
 	for p := range tree {
-		paths = append(paths, p)
+		if p != bootFile {
+			paths = append(paths, p)
+		}
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
 		if err := linkOrCopy(tree[p], filepath.Join(work, p)); err != nil {
-			return fmt.Errorf("staging %s: %w", p, err)
+			return "", fmt.Errorf("staging %s: %w", p, err)
 		}
 	}
-
-	return atomicfile.Write(out, 0o644, func(f *os.File) error {
-		return layOut(f, work, label, mtime, esp, espSize)
+	l := &isoLayout{
+		work: work, label: label, mtime: mtime,
+		esp: esp, espSize: espSize, espUKI: "EFI/BOOT/" + boot,
+		bootFile: bootFile, uki: uki, ukiSize: fi.Size(),
+	}
+	err = atomicfile.Write(out, 0o644, func(f *os.File) error {
+		sum, err = l.write(f)
+		return err
 	})
+	return sum, err
 }
 
-// layOut writes the ISO 9660 file system of the staged tree in work to f,
-// with the El Torito entry for the boot image, and normalizes it.
-func layOut(f *os.File, work, label string, mtime time.Time, esp diskimage.FATImage, espSize int64) error {
+// isoLayout is one ISO being written.
+type isoLayout struct {
+	work, label string // staged tree, volume label
+	mtime       time.Time
+	esp         diskimage.FATImage
+	espSize     int64
+	espUKI      string // the UKI's path in the FAT
+	bootFile    string // the UKI's path in the ISO tree
+	uki         *os.File
+	ukiSize     int64
+}
+
+// write lays the ISO out into f and returns its sha256.
+func (l *isoLayout) write(f *os.File) (string, error) {
+	if err := layOut(f, l.work, l.label, l.espSize); err != nil {
+		return "", err
+	}
+	if err := normalize(f, l.mtime, l.espSize); err != nil {
+		return "", fmt.Errorf("normalizing ISO 9660: %w", err)
+	}
+	// The FAT where the boot catalog put the boot image, its UKI bytes
+	// deferred to the hashing pass.
+	lba, err := bootImageLBA(f)
+	if err != nil {
+		return "", fmt.Errorf("boot image: %w", err)
+	}
+	bootOff := lba * blockSize
+	ranges, err := l.esp.WriteAtDeferring(f, bootOff, l.espSize, l.espUKI)
+	if err != nil {
+		return "", fmt.Errorf("boot image: %w", err)
+	}
+	var segs []ukiSegment
+	var at int64
+	for _, r := range ranges {
+		segs = append(segs, ukiSegment{off: bootOff + r.Offset, n: r.Length, ukiOff: at})
+		at += r.Length
+	}
+	plainLBA, plainSize, err := fileExtent(f, l.bootFile)
+	if err != nil {
+		return "", err
+	}
+	if at != l.ukiSize || plainSize != l.ukiSize {
+		return "", fmt.Errorf("UKI of %d bytes laid out as %d (boot image) and %d (%s)", l.ukiSize, at, plainSize, l.bootFile)
+	}
+	segs = append(segs, ukiSegment{off: plainLBA * blockSize, n: plainSize})
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	return fillAndHash(f, fi.Size(), segs, l.uki)
+}
+
+// ukiSegment is a run of the image that holds UKI bytes: n bytes at off,
+// from the UKI's byte ukiOff on.
+type ukiSegment struct {
+	off, n, ukiOff int64
+}
+
+// fillAndHash writes the UKI's bytes at segs and returns the sha256 of the
+// image's size bytes, hashing the segments as they are written and reading
+// back only what lies between them (metadata, FAT tables, free space).
+func fillAndHash(f *os.File, size int64, segs []ukiSegment, uki io.ReaderAt) (string, error) {
+	slices.SortFunc(segs, func(a, b ukiSegment) int { return cmp.Compare(a.off, b.off) })
+	h := sha256.New()
+	buf := make([]byte, 1<<20)
+	var pos int64
+	readBack := func(end int64) error {
+		for pos < end {
+			n := min(int64(len(buf)), end-pos)
+			if _, err := f.ReadAt(buf[:n], pos); err != nil {
+				return fmt.Errorf("reading the image at %d: %w", pos, err)
+			}
+			h.Write(buf[:n])
+			pos += n
+		}
+		return nil
+	}
+	for _, s := range segs {
+		if s.off < pos || s.off+s.n > size {
+			return "", fmt.Errorf("UKI bytes at %d (+%d) overlap others or lie past the image's %d bytes", s.off, s.n, size)
+		}
+		if err := readBack(s.off); err != nil {
+			return "", err
+		}
+		for done := int64(0); done < s.n; {
+			n := min(int64(len(buf)), s.n-done)
+			if _, err := uki.ReadAt(buf[:n], s.ukiOff+done); err != nil {
+				return "", fmt.Errorf("reading the UKI at %d (did it change while writing?): %w", s.ukiOff+done, err)
+			}
+			if _, err := f.WriteAt(buf[:n], s.off+done); err != nil {
+				return "", err
+			}
+			h.Write(buf[:n])
+			done += n
+		}
+		pos = s.off + s.n
+	}
+	if err := readBack(size); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// layOut lays the staged tree in work out as ISO 9660 in f, with the El
+// Torito entry for the boot image. Staged holes cost nothing here
+// (coalescingBackend).
+func layOut(f *os.File, work, label string, espSize int64) error {
 	out9660, err := newCoalescingBackend(file.New(f, false))
 	if err != nil {
 		return err
@@ -223,12 +365,6 @@ func layOut(f *os.File, work, label string, mtime time.Time, esp diskimage.FATIm
 	if err != nil {
 		return fmt.Errorf("laying out ISO 9660: %w", err)
 	}
-	if err := writeBootImage(f, esp, espSize); err != nil {
-		return fmt.Errorf("boot image: %w", err)
-	}
-	if err := normalize(f, mtime, espSize); err != nil {
-		return fmt.Errorf("normalizing ISO 9660: %w", err)
-	}
 	return nil
 }
 
@@ -246,27 +382,6 @@ func stageHole(p string, size int64) error {
 		return err
 	}
 	return f.Close()
-}
-
-// writeBootImage writes the FAT where the finalized ISO f placed the boot
-// image (the boot catalog's default entry), sparse: what the FAT does not
-// use stays a hole.
-func writeBootImage(f *os.File, esp diskimage.FATImage, size int64) error {
-	lba, err := bootImageLBA(f)
-	if err != nil {
-		return err
-	}
-	off := lba * blockSize
-	if fi, err := f.Stat(); err != nil {
-		return err
-	} else if fi.Size() < off+size {
-		// Its last blocks were zeros, left out: FATImage.WriteAt wants
-		// the file to reach past the image.
-		if err := f.Truncate(off + size); err != nil {
-			return err
-		}
-	}
-	return esp.WriteAt(f, off, size)
 }
 
 // linkOrCopy puts src's bytes at dst: a hard link when src is on the same

@@ -308,3 +308,37 @@ func assertNoFiles(t *testing.T, dir string) {
 		t.Errorf("left behind after a failed write: %s", e.Name())
 	}
 }
+
+// TestWriteDigest: the digest WriteDigest takes while writing is the
+// file's sha256, with and without extra ISO and ESP files, for a UKI
+// smaller and larger than El Torito's 32 MiB.
+func TestWriteDigest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ukiSize int64
+		extra   func(fx fixture, o *Options)
+	}{
+		{name: "UKI only", ukiSize: 5*mib + 3},
+		{name: "large UKI", ukiSize: 40*mib + 1},
+		{name: "ISO files", ukiSize: 5 * mib, extra: func(fx fixture, o *Options) { o.Files = map[string]string{"root.img": fx.rootImg} }},
+		{name: "ESP files", ukiSize: 5 * mib, extra: func(fx fixture, o *Options) {
+			o.ESPFiles = map[string]string{"loader/entries/a.conf": fx.rootImg}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, tc.ukiSize)
+			opts := Options{UKI: fx.uki, Seed: "digest", SourceDateEpoch: 1700000000}
+			if tc.extra != nil {
+				tc.extra(fx, &opts)
+			}
+			p := filepath.Join(fx.dir, "image.iso")
+			sum, err := WriteDigest(p, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := testutil.FileSHA256(t, p); sum != want {
+				t.Errorf("digest while writing %s, file %s", sum, want)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -91,6 +92,57 @@ func normalize(f *os.File, mtime time.Time, bootImageSize int64) error {
 	return f.Truncate(volumeBlocks * blockSize)
 }
 
+// fileExtent finds the file at path (e.g. "/EFI/BOOT/BOOTX64.EFI") in the
+// ISO 9660 tree of f and returns its extent: first block and size in bytes.
+func fileExtent(f *os.File, p string) (lba, size int64, err error) {
+	pvd := make([]byte, blockSize)
+	if _, err := f.ReadAt(pvd, vdFirstSector*blockSize); err != nil {
+		return 0, 0, fmt.Errorf("reading the primary volume descriptor: %w", err)
+	}
+	if pvd[0] != vdTypePrimary || !bytes.Equal(pvd[1:6], []byte("CD001")) {
+		return 0, 0, errors.New("no primary volume descriptor first")
+	}
+	rec := pvd[pvdRootRecord : pvdRootRecord+34]
+	for _, name := range strings.Split(strings.Trim(p, "/"), "/") {
+		dirLBA, dirSize := int64(binary.LittleEndian.Uint32(rec[2:])), int64(binary.LittleEndian.Uint32(rec[10:]))
+		if dirSize > maxDirSize {
+			return 0, 0, fmt.Errorf("directory at block %d: %d bytes", dirLBA, dirSize)
+		}
+		buf := make([]byte, dirSize)
+		if _, err := f.ReadAt(buf, dirLBA*blockSize); err != nil {
+			return 0, 0, fmt.Errorf("reading directory at block %d: %w", dirLBA, err)
+		}
+		rec = nil
+		for i := 0; i < len(buf) && rec == nil; {
+			n := int(buf[i])
+			if n == 0 {
+				i = (i/blockSize + 1) * blockSize
+				continue
+			}
+			if n < 34 || i+n > len(buf) || 33+int(buf[i+recordNameLen]) > n {
+				return 0, 0, fmt.Errorf("bad directory record at block %d offset %d", dirLBA, i)
+			}
+			r := buf[i : i+n]
+			got := strings.TrimSuffix(strings.TrimSuffix(string(r[33:33+int(r[recordNameLen])]), ";1"), ".")
+			if strings.EqualFold(got, name) {
+				rec = r
+			}
+			i += n
+		}
+		if rec == nil {
+			return 0, 0, fmt.Errorf("%s: no %s", p, name)
+		}
+	}
+	if rec[recordFlags]&flagDirectory != 0 {
+		return 0, 0, fmt.Errorf("%s is a directory", p)
+	}
+	return int64(binary.LittleEndian.Uint32(rec[2:])), int64(binary.LittleEndian.Uint32(rec[10:])), nil
+}
+
+// maxDirSize bounds a directory extent read from an image: ours are a
+// block or two.
+const maxDirSize = 1 << 20
+
 // bootImageLBA reads the block where the boot catalog's default entry
 // says the boot image starts.
 func bootImageLBA(f *os.File) (int64, error) {
@@ -150,6 +202,9 @@ func stampTree(f *os.File, rootRecord, date []byte) error {
 			continue
 		}
 		seen[d.lba] = true
+		if d.size > maxDirSize {
+			return fmt.Errorf("directory at block %d: %d bytes", d.lba, d.size)
+		}
 		buf := make([]byte, d.size)
 		if _, err := f.ReadAt(buf, d.lba*blockSize); err != nil {
 			return fmt.Errorf("reading directory at block %d: %w", d.lba, err)
