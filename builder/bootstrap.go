@@ -19,7 +19,7 @@ import (
 
 // bootstrapVersion changes whenever the bootstrap step's behaviour changes,
 // so old cache entries stop matching.
-const bootstrapVersion = "6"
+const bootstrapVersion = "7"
 
 // packagesList is the bootstrap step's list of the packages it installed,
 // beside the base layer's image (layerImage).
