@@ -81,36 +81,42 @@ func TestKilledBuildKeepsPreviousOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A changed unit makes assemble run again; kill it while it runs.
+	// A changed unit makes assemble run again. Kill the build as soon as
+	// it starts filling assemble's cache entry, then (assemble runs
+	// again) as soon as the last writer starts filling the staging
+	// directory: a one-unit rebuild takes a few seconds now, so the kill
+	// comes on the step's own start line, not after a delay.
 	unit := filepath.Join(tree, "units/os-builder-hello.service")
 	ub, _ := os.ReadFile(unit)
 	os.WriteFile(unit, append(ub, "# "+time.Now().String()+"\n"...), 0o644)
-	cmd := build()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stderr)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "assemble: start") {
-			time.Sleep(3 * time.Second)
-			break
+	for _, at := range []string{"assemble: start", "iso: start"} {
+		cmd := build()
+		stderr, _ := cmd.StderrPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	cmd.Process.Kill()
-	cmd.Wait()
-
-	after, err := os.ReadFile(filepath.Join(out, osimage.ManifestFile))
-	if err != nil || string(after) != string(before) {
-		t.Fatalf("the killed build changed the previous output (err %v)", err)
-	}
-	var m osimage.BuildManifest
-	if err := json.Unmarshal(after, &m); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range m.Artifacts {
-		if d, err := digestFile(filepath.Join(out, a.Path)); err != nil || d != a.SHA256 {
-			t.Errorf("%s damaged after the kill: %v", a.Path, err)
+		sc := bufio.NewScanner(stderr)
+		seen := false
+		for !seen && sc.Scan() {
+			seen = strings.Contains(sc.Text(), at)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		if !seen {
+			t.Fatalf("the build ended before %q", at)
+		}
+		after, err := os.ReadFile(filepath.Join(out, osimage.ManifestFile))
+		if err != nil || string(after) != string(before) {
+			t.Fatalf("the build killed at %q changed the previous output (err %v)", at, err)
+		}
+		var m osimage.BuildManifest
+		if err := json.Unmarshal(after, &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range m.Artifacts {
+			if d, err := digestFile(filepath.Join(out, a.Path)); err != nil || d != a.SHA256 {
+				t.Errorf("%s damaged by the kill at %q: %v", a.Path, at, err)
+			}
 		}
 	}
 	if b, err := build().CombinedOutput(); err != nil {
