@@ -371,14 +371,13 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		os.RemoveAll(stage)
 		unlock()
 	}()
-	f := &flow{art: b.artifactInputs(), arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
+	art, err := b.signedArtifactInputs()
+	if err != nil {
+		return nil, err
+	}
+	f := &flow{art: art, arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
 	if !b.opts.NoCache {
 		b.prev = readPreviousOutput(b.store, final)
-	}
-	if b.opts.SignKey != "" || b.opts.SignCert != "" {
-		if f.art.signer, f.art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
-			return nil, fmt.Errorf("secure boot key: %w", err)
-		}
 	}
 	ns := b.nodes(f, stage)
 	g := graph.New()
@@ -485,6 +484,19 @@ func (b *build) writeOrReuse(ctx context.Context, w *artifactWriter, stage strin
 	arts, err := w.write(ctx)
 	stop()
 	return arts, key, err
+}
+
+// signedArtifactInputs is artifactInputs with the Secure Boot signer the
+// options name, for the writers (and their keys).
+func (b *build) signedArtifactInputs() (*artifactInputs, error) {
+	a := b.artifactInputs()
+	if b.opts.SignKey != "" || b.opts.SignCert != "" {
+		var err error
+		if a.signer, a.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
+			return nil, fmt.Errorf("secure boot key: %w", err)
+		}
+	}
+	return a, nil
 }
 
 func (b *build) artifactInputs() *artifactInputs {

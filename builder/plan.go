@@ -10,7 +10,6 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/graph"
 	"github.com/ironcore-dev/os-builder/recipe"
-	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // Plan is a build's graph as `builder build --plan` shows it, without
@@ -63,12 +62,11 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 			return nil, err
 		}
 	}
-	f := &flow{art: b.artifactInputs()}
-	if b.opts.SignKey != "" || b.opts.SignCert != "" {
-		if f.art.signer, f.art.cert, err = uki.LoadSigner(b.opts.SignKey, b.opts.SignCert); err != nil {
-			return nil, fmt.Errorf("secure boot key: %w", err)
-		}
+	art, err := b.signedArtifactInputs()
+	if err != nil {
+		return nil, err
 	}
+	f := &flow{art: art}
 	var prev *previousOutput
 	if !b.opts.NoCache {
 		if final, err := filepath.Abs(b.opts.OutputDir); err == nil {
