@@ -245,7 +245,7 @@ func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree
 	}
 	// No index, redirects or metacopy: the upper directory must hold whole
 	// files, whiteouts and opaque markers only, readable as a lower layer.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off", strings.Join(lowerOpt, ":"), t.upper, ovlWork)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off,volatile", strings.Join(lowerOpt, ":"), t.upper, ovlWork)
 	if err := unix.Mount("overlay", t.merged, "overlay", 0, opts); err != nil {
 		t.unmount()
 		return nil, fmt.Errorf("mount overlay over the base image (%s): %w", opts, err)

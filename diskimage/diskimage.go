@@ -249,7 +249,7 @@ func (l *Layout) writeESP(f *os.File, w io.WriterAt) error {
 	if err := scratch.Truncate(l.ESPSize); err != nil {
 		return err
 	}
-	if _, err := l.espImage.write(scratch, 0, l.ESPSize, l.espFiles, ""); err != nil {
+	if _, err := l.espImage.write(scratch, 0, l.ESPSize, l.espFiles, "", nil); err != nil {
 		return err
 	}
 	if _, err := scratch.Seek(0, io.SeekStart); err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -99,6 +100,8 @@ type fatGeometry struct {
 	// dataClusters is the cluster count firmware derives from the boot
 	// sector, which decides FAT12/16/32.
 	dataClusters int64
+	// dataStart is where cluster 2 starts, in bytes from the FAT's start.
+	dataStart int64
 }
 
 func geometryFor(size int64) (fatGeometry, error) {
@@ -130,6 +133,7 @@ func geometryFor(size int64) (fatGeometry, error) {
 		clusterSize:  spc * fatSectorSize,
 		usable:       min(data, addressable),
 		dataClusters: data,
+		dataStart:    (fatReservedSectors + 2*sectorsPerFat) * fatSectorSize,
 	}, nil
 }
 
@@ -222,7 +226,7 @@ func (img FATImage) WriteAt(f *os.File, off, size int64) error {
 	if err := fits(files, size); err != nil {
 		return err
 	}
-	_, err = img.write(f, off, size, files, "")
+	_, err = img.write(f, off, size, files, "", nil)
 	return err
 }
 
@@ -231,18 +235,55 @@ type Range struct {
 	Offset, Length int64
 }
 
-// WriteAtDeferring is WriteAt without the data of the file at the FAT path
-// deferred (e.g. "EFI/BOOT/BOOTX64.EFI"): it returns where that file's
-// bytes go, in file order, and the caller writes them (the ISO writer
-// writes them while hashing the image in order). Until then they read as
-// zeros.
-func (img FATImage) WriteAtDeferring(f *os.File, off, size int64, deferred string) ([]Range, error) {
+// SizeAligned is Size grown until the FAT's data area starts a multiple
+// of align bytes (a power of two) into the image: with clusters of at
+// least align bytes, every cluster then starts aligned, and with smaller
+// ones WriteAtDeferring can move a file to a cluster that does.
+func (img FATImage) SizeAligned(align int64) (int64, error) {
 	files, err := img.plan()
 	if err != nil {
-		return nil, err
+		return 0, err
+	}
+	size, err := sizeFor(files)
+	if err != nil {
+		return 0, err
+	}
+	// One more FAT sector per step shifts the data area by two sectors
+	// (two FATs): a couple of steps reach any alignment up to 2 KiB.
+	for range 8 {
+		g, err := geometryFor(size)
+		if err != nil {
+			return 0, err
+		}
+		if g.dataStart%align == 0 {
+			return size, nil
+		}
+		size += g.clusterSize * 128
+	}
+	return 0, fmt.Errorf("no FAT size near %d MiB starts its data area %d-byte aligned", size/MiB, align)
+}
+
+// WriteAtDeferring is WriteAt without the data of the file at the FAT path
+// deferred (e.g. "EFI/BOOT/BOOTX64.EFI"): it returns where that file's
+// bytes go, one run starting a multiple of align bytes into the image, and
+// the caller writes them (the ISO writer writes them while hashing the
+// image in order, and points the ISO's own directory record for the file
+// at the same bytes). Until then they read as zeros. size must come from
+// SizeAligned(align).
+func (img FATImage) WriteAtDeferring(f *os.File, off, size int64, deferred string, align int64) (Range, error) {
+	files, err := img.plan()
+	if err != nil {
+		return Range{}, err
 	}
 	if err := fits(files, size); err != nil {
-		return nil, err
+		return Range{}, err
+	}
+	g, err := geometryFor(size)
+	if err != nil {
+		return Range{}, err
+	}
+	if align <= 0 || align&(align-1) != 0 || g.dataStart%align != 0 {
+		return Range{}, fmt.Errorf("FAT of %d bytes cannot align a file to %d bytes (size it with SizeAligned)", size, align)
 	}
 	want := path.Clean("/" + deferred)
 	found := false
@@ -250,14 +291,26 @@ func (img FATImage) WriteAtDeferring(f *os.File, off, size int64, deferred strin
 		found = found || strings.EqualFold(ff.fatPath, want)
 	}
 	if !found {
-		return nil, fmt.Errorf("FAT file %s to defer is not in the image", deferred)
+		return Range{}, fmt.Errorf("FAT file %s to defer is not in the image", deferred)
 	}
-	return img.write(f, off, size, files, want)
+	ranges, err := img.write(f, off, size, files, want, func(first int64) int64 {
+		// Clusters to move the file by so that it starts aligned.
+		per := max(1, align/g.clusterSize)
+		return (per - (first-2)%per) % per
+	})
+	if err != nil {
+		return Range{}, err
+	}
+	if len(ranges) != 1 || ranges[0].Offset%align != 0 {
+		return Range{}, fmt.Errorf("FAT file %s laid out as %v, not one run aligned to %d bytes", deferred, ranges, align)
+	}
+	return ranges[0], nil
 }
 
 // write formats the FAT and writes its files; the data of the file at the
-// FAT path deferred (if any) is left to the caller, at the ranges returned.
-func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred string) ([]Range, error) {
+// FAT path deferred (if any) is left to the caller, at the ranges
+// returned, after moving it by shift(its first cluster) clusters.
+func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred string, shift func(first int64) int64) ([]Range, error) {
 	var deferredRanges []Range
 	label := img.Label
 	if len(label) > 11 {
@@ -266,6 +319,12 @@ func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred
 	fs, err := fat32.Create(file.New(f, false), size, off, fatSectorSize, label, true)
 	if err != nil {
 		return nil, fmt.Errorf("formatting FAT32: %w", err)
+	}
+	if deferred != "" {
+		// The deferred file goes last: the clusters after its chain are
+		// free, so shift can move it there.
+		files = append(slices.DeleteFunc(slices.Clone(files), func(ff fatFile) bool { return strings.EqualFold(ff.fatPath, deferred) }),
+			slices.DeleteFunc(slices.Clone(files), func(ff fatFile) bool { return !strings.EqualFold(ff.fatPath, deferred) })...)
 	}
 	made := map[string]bool{"/": true}
 	for _, ff := range files {
@@ -288,7 +347,21 @@ func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred
 			deferredRanges = ranges
 		}
 	}
-	if err := normalizeFAT(f, off, img.ModTime, img.VolumeID); err != nil {
+	var move *chainMove
+	if shift != nil && len(deferredRanges) > 0 {
+		g, err := geometryFor(size)
+		if err != nil {
+			return nil, err
+		}
+		first := (deferredRanges[0].Offset-g.dataStart)/g.clusterSize + 2
+		if by := shift(first); by > 0 {
+			move = &chainMove{first: uint32(first), by: uint32(by)}
+			for i := range deferredRanges {
+				deferredRanges[i].Offset += by * g.clusterSize
+			}
+		}
+	}
+	if err := normalizeFAT(f, off, img.ModTime, img.VolumeID, move); err != nil {
 		return nil, fmt.Errorf("normalizing FAT metadata: %w", err)
 	}
 	return deferredRanges, nil

@@ -42,7 +42,9 @@ var fatEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
 // root's cluster instead of 0, and leaves the free-cluster count unknown.
 // So this walks every directory, sets every entry's times to mtime and fixes
 // those entries, writes volumeID into both boot sectors and fills in FSInfo.
-func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error {
+// With move, it also moves the file whose chain starts at move.first (a
+// contiguous chain with free clusters after it) up by move.by clusters.
+func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32, move *chainMove) error {
 	bs := make([]byte, 512)
 	if _, err := f.ReadAt(bs, off); err != nil {
 		return fmt.Errorf("reading boot sector: %w", err)
@@ -131,6 +133,13 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 				setEntryCluster(ent, 0)
 			case isDir && name != ".          " && name != "..         ":
 				subdirs = append(subdirs, c)
+			case !isDir && move != nil && c == move.first:
+				if err := move.apply(fat, chain, dataClusters); err != nil {
+					return fmt.Errorf("moving %q: %w", name, err)
+				}
+				setEntryCluster(ent, c+move.by)
+				fatChanged = true
+				move = nil
 			case !isDir && size == 0 && c != 0 && ent[11]&0x08 == 0:
 				// An empty file owns no clusters: free its chain.
 				cs, err := chain(c)
@@ -159,6 +168,9 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 	if err := walk(rootCluster, true); err != nil {
 		return err
 	}
+	if move != nil {
+		return fmt.Errorf("no file starts at cluster %d", move.first)
+	}
 	if fatChanged {
 		for i := int64(0); i < numFATs; i++ {
 			if _, err := f.WriteAt(fat, fatStart+i*sectorsPerFAT*bytesPerSector); err != nil {
@@ -167,6 +179,40 @@ func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32) error
 		}
 	}
 	return writeFSInfo(f, off+fsInfo*bytesPerSector, fat, dataClusters)
+}
+
+// chainMove moves a file's data up by some clusters; see normalizeFAT.
+type chainMove struct {
+	first, by uint32
+}
+
+// apply rewrites the FAT for the move: the chain from first, contiguous,
+// becomes one as long from first+by, over clusters that were free.
+func (m *chainMove) apply(fat []byte, chain func(uint32) ([]uint32, error), dataClusters int64) error {
+	cs, err := chain(m.first)
+	if err != nil {
+		return err
+	}
+	for i, c := range cs {
+		if c != m.first+uint32(i) {
+			return fmt.Errorf("chain from cluster %d is not contiguous", m.first)
+		}
+	}
+	last := m.first + uint32(len(cs)) - 1
+	entry := func(c uint32) []byte { return fat[4*int64(c):][:4] }
+	for c := last + 1; c <= last+m.by; c++ {
+		if int64(c) >= dataClusters+2 || 4*int64(c)+4 > int64(len(fat)) || binary.LittleEndian.Uint32(entry(c))&fatClusterMask != 0 {
+			return fmt.Errorf("cluster %d after the chain is not free", c)
+		}
+	}
+	for c := m.first; c < m.first+m.by; c++ {
+		binary.LittleEndian.PutUint32(entry(c), 0)
+	}
+	for c := m.first + m.by; c < last+m.by; c++ {
+		binary.LittleEndian.PutUint32(entry(c), c+1)
+	}
+	binary.LittleEndian.PutUint32(entry(last+m.by), fatClusterMask) // end of chain
+	return nil
 }
 
 func setEntryCluster(ent []byte, c uint32) {

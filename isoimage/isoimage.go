@@ -174,56 +174,54 @@ func write(out string, opts Options) (sum string, err error) {
 		VolumeID: diskimage.SeededVolumeID(opts.Seed),
 		ModTime:  mtime,
 	}
-	espSize, err := esp.Size()
+	espSize, err := esp.SizeAligned(blockSize)
 	if err != nil {
 		return "", fmt.Errorf("boot image: %w", err)
 	}
 
-	// go-diskfs builds the tree in a workspace directory and lays it out
-	// on Finalize. Next to the output, inputs can be hard links, not copies.
+	// go-diskfs lays the tree out from a workspace directory. It copies
+	// file data 2 KiB per read and write, so every file is staged empty:
+	// it writes only the metadata, and the data extents (the boot image,
+	// then the files in path order) are placed after it here, each written
+	// once while the image is hashed.
 	work, err := os.MkdirTemp(filepath.Dir(out), ".isoimage-work-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(work)
-	// The boot image is staged as a hole of its size, which go-diskfs
-	// lays out for free (coalescingBackend); the FAT is then written
-	// straight into the ISO: its bytes are written once, not staged and
-	// copied.
-	if err := stageHole(filepath.Join(work, BootImagePath), espSize); err != nil {
-		return "", fmt.Errorf("boot image: %w", err)
-	}
-	// The UKI is read from one open file: both of its copies (in the FAT
-	// and as a plain file, staged as a hole too) are written from it as
-	// the image is hashed.
-	uki, err := os.Open(opts.UKI)
-	if err != nil {
-		return "", fmt.Errorf("UKI: %w", err)
-	}
-	defer uki.Close()
-	fi, err := uki.Stat()
-	if err != nil {
-		return "", fmt.Errorf("UKI: %w", err)
-	}
-	if err := stageHole(filepath.Join(work, bootFile), fi.Size()); err != nil {
-		return "", fmt.Errorf("staging %s: %w", bootFile, err)
-	}
-	paths := make([]string, 0, len(tree))
+	paths := make([]string, 0, len(tree)+1)
 	for p := range tree {
-		if p != bootFile {
-			paths = append(paths, p)
-		}
+		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	for _, p := range paths {
-		if err := linkOrCopy(tree[p], filepath.Join(work, p)); err != nil {
+	for _, p := range append([]string{BootImagePath}, paths...) {
+		if err := stageEmpty(filepath.Join(work, p)); err != nil {
 			return "", fmt.Errorf("staging %s: %w", p, err)
 		}
 	}
 	l := &isoLayout{
 		work: work, label: label, mtime: mtime,
 		esp: esp, espSize: espSize, espUKI: "EFI/BOOT/" + boot,
-		bootFile: bootFile, uki: uki, ukiSize: fi.Size(),
+	}
+	// Each file is read from one open file: the UKI's two copies (in the
+	// FAT and as a plain file) both come from it.
+	for _, p := range paths {
+		src, err := os.Open(tree[p])
+		if err != nil {
+			return "", fmt.Errorf("ISO file %s: %w", p, err)
+		}
+		defer src.Close()
+		fi, err := src.Stat()
+		if err != nil {
+			return "", fmt.Errorf("ISO file %s: %w", p, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("ISO file %s: %s is not a regular file", p, tree[p])
+		}
+		l.files = append(l.files, isoFile{path: p, src: src, size: fi.Size()})
+		if p == bootFile {
+			l.uki = len(l.files) - 1
+		}
 	}
 	err = atomicfile.Write(out, 0o644, func(f *os.File) error {
 		sum, err = l.write(f)
@@ -238,63 +236,88 @@ type isoLayout struct {
 	mtime       time.Time
 	esp         diskimage.FATImage
 	espSize     int64
-	espUKI      string // the UKI's path in the FAT
-	bootFile    string // the UKI's path in the ISO tree
-	uki         *os.File
-	ukiSize     int64
+	espUKI      string    // the UKI's path in the FAT
+	files       []isoFile // the tree's files, in path order
+	uki         int       // the UKI's index in files
+}
+
+// isoFile is a file of the ISO tree and the open file its bytes come from.
+type isoFile struct {
+	path string
+	src  *os.File
+	size int64
 }
 
 // write lays the ISO out into f and returns its sha256.
 func (l *isoLayout) write(f *os.File) (string, error) {
-	if err := layOut(f, l.work, l.label, l.espSize); err != nil {
+	if err := layOut(f, l.work, l.label); err != nil {
 		return "", err
 	}
-	if err := normalize(f, l.mtime, l.espSize); err != nil {
+	metaBlocks, err := normalize(f, l.mtime)
+	if err != nil {
 		return "", fmt.Errorf("normalizing ISO 9660: %w", err)
 	}
-	// The FAT where the boot catalog put the boot image, its UKI bytes
-	// deferred to the hashing pass.
-	lba, err := bootImageLBA(f)
+	// The data extents follow the metadata: the boot image, then the files
+	// but the UKI, whose record points into the boot image: the FAT keeps
+	// its bytes in one block-aligned run, which is the file's extent too.
+	bootLBA := metaBlocks
+	next := bootLBA + blocks(l.espSize)
+	if err := setExtent(f, BootImagePath, bootLBA, l.espSize); err != nil {
+		return "", err
+	}
+	if err := setBootImage(f, bootLBA, l.espSize); err != nil {
+		return "", err
+	}
+	var segs []segment
+	for i, file := range l.files {
+		if i == l.uki {
+			continue
+		}
+		if err := setExtent(f, file.path, next, file.size); err != nil {
+			return "", err
+		}
+		segs = append(segs, segment{off: next * blockSize, n: file.size, src: file.src})
+		next += blocks(file.size)
+	}
+	if err := setVolumeBlocks(f, next); err != nil {
+		return "", err
+	}
+	if err := f.Truncate(next * blockSize); err != nil {
+		return "", err
+	}
+	// The FAT in its extent, the UKI's bytes deferred to the hashing pass.
+	bootOff := bootLBA * blockSize
+	run, err := l.esp.WriteAtDeferring(f, bootOff, l.espSize, l.espUKI, blockSize)
 	if err != nil {
 		return "", fmt.Errorf("boot image: %w", err)
 	}
-	bootOff := lba * blockSize
-	ranges, err := l.esp.WriteAtDeferring(f, bootOff, l.espSize, l.espUKI)
-	if err != nil {
-		return "", fmt.Errorf("boot image: %w", err)
+	uki := l.files[l.uki]
+	if run.Length != uki.size {
+		return "", fmt.Errorf("UKI of %d bytes laid out as %d in the boot image", uki.size, run.Length)
 	}
-	var segs []ukiSegment
-	var at int64
-	for _, r := range ranges {
-		segs = append(segs, ukiSegment{off: bootOff + r.Offset, n: r.Length, ukiOff: at})
-		at += r.Length
-	}
-	plainLBA, plainSize, err := fileExtent(f, l.bootFile)
-	if err != nil {
+	if err := setExtent(f, uki.path, (bootOff+run.Offset)/blockSize, uki.size); err != nil {
 		return "", err
 	}
-	if at != l.ukiSize || plainSize != l.ukiSize {
-		return "", fmt.Errorf("UKI of %d bytes laid out as %d (boot image) and %d (%s)", l.ukiSize, at, plainSize, l.bootFile)
-	}
-	segs = append(segs, ukiSegment{off: plainLBA * blockSize, n: plainSize})
-	fi, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	return fillAndHash(f, fi.Size(), segs, l.uki)
+	segs = append(segs, segment{off: bootOff + run.Offset, n: uki.size, src: uki.src})
+	return fillAndHash(f, next*blockSize, segs)
 }
 
-// ukiSegment is a run of the image that holds UKI bytes: n bytes at off,
-// from the UKI's byte ukiOff on.
-type ukiSegment struct {
-	off, n, ukiOff int64
+// blocks is the number of ISO blocks n bytes take.
+func blocks(n int64) int64 { return (n + blockSize - 1) / blockSize }
+
+// segment is a run of the image that holds a file's bytes: n bytes at off,
+// from src's byte srcOff on.
+type segment struct {
+	off, n int64
+	src    io.ReaderAt
+	srcOff int64
 }
 
-// fillAndHash writes the UKI's bytes at segs and returns the sha256 of the
+// fillAndHash writes the segments' bytes and returns the sha256 of the
 // image's size bytes, hashing the segments as they are written and reading
 // back only what lies between them (metadata, FAT tables, free space).
-func fillAndHash(f *os.File, size int64, segs []ukiSegment, uki io.ReaderAt) (string, error) {
-	slices.SortFunc(segs, func(a, b ukiSegment) int { return cmp.Compare(a.off, b.off) })
+func fillAndHash(f *os.File, size int64, segs []segment) (string, error) {
+	slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.off, b.off) })
 	h := sha256.New()
 	buf := make([]byte, 1<<20)
 	var pos int64
@@ -311,15 +334,15 @@ func fillAndHash(f *os.File, size int64, segs []ukiSegment, uki io.ReaderAt) (st
 	}
 	for _, s := range segs {
 		if s.off < pos || s.off+s.n > size {
-			return "", fmt.Errorf("UKI bytes at %d (+%d) overlap others or lie past the image's %d bytes", s.off, s.n, size)
+			return "", fmt.Errorf("file bytes at %d (+%d) overlap others or lie past the image's %d bytes", s.off, s.n, size)
 		}
 		if err := readBack(s.off); err != nil {
 			return "", err
 		}
 		for done := int64(0); done < s.n; {
 			n := min(int64(len(buf)), s.n-done)
-			if _, err := uki.ReadAt(buf[:n], s.ukiOff+done); err != nil {
-				return "", fmt.Errorf("reading the UKI at %d (did it change while writing?): %w", s.ukiOff+done, err)
+			if _, err := s.src.ReadAt(buf[:n], s.srcOff+done); err != nil {
+				return "", fmt.Errorf("reading a file at %d (did it change while writing?): %w", s.srcOff+done, err)
 			}
 			if _, err := f.WriteAt(buf[:n], s.off+done); err != nil {
 				return "", err
@@ -336,14 +359,9 @@ func fillAndHash(f *os.File, size int64, segs []ukiSegment, uki io.ReaderAt) (st
 }
 
 // layOut lays the staged tree in work out as ISO 9660 in f, with the El
-// Torito entry for the boot image. Staged holes cost nothing here
-// (coalescingBackend).
-func layOut(f *os.File, work, label string, espSize int64) error {
-	out9660, err := newCoalescingBackend(file.New(f, false))
-	if err != nil {
-		return err
-	}
-	fs, err := iso9660.Create(out9660, 0, 0, blockSize, work)
+// Torito entry for the boot image. Its files are empty: it writes metadata.
+func layOut(f *os.File, work, label string) error {
+	fs, err := iso9660.Create(file.New(f, false), 0, 0, blockSize, work)
 	if err != nil {
 		return fmt.Errorf("creating ISO 9660: %w", err)
 	}
@@ -359,17 +377,14 @@ func layOut(f *os.File, work, label string, espSize int64) error {
 			}},
 		},
 	})
-	if err == nil {
-		err = out9660.Flush()
-	}
 	if err != nil {
 		return fmt.Errorf("laying out ISO 9660: %w", err)
 	}
 	return nil
 }
 
-// stageHole creates p as a file of size bytes that are all a hole.
-func stageHole(p string, size int64) error {
+// stageEmpty creates p as an empty file.
+func stageEmpty(p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
@@ -377,34 +392,5 @@ func stageHole(p string, size int64) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
 	return f.Close()
-}
-
-// linkOrCopy puts src's bytes at dst: a hard link when src is on the same
-// file system (no copy, and go-diskfs only reads it), else a copy.
-func linkOrCopy(src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	if err := os.Link(src, dst); err == nil {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	o, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(o, in); err != nil {
-		o.Close()
-		return err
-	}
-	return o.Close()
 }

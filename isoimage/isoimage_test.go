@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -64,11 +65,27 @@ func catalogEntry(t *testing.T, iso string) (platform byte, count uint16, lba ui
 	return cat[1], binary.LittleEndian.Uint16(cat[32+6:]), binary.LittleEndian.Uint32(cat[32+8:])
 }
 
+// extentOf reads the extent of the file at p from the ISO's directory.
+func extentOf(t *testing.T, iso, p string) (lba, size int64) {
+	t.Helper()
+	f, err := os.Open(iso)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, rec, err := findRecord(f, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(binary.LittleEndian.Uint32(rec[recordExtent:])), int64(binary.LittleEndian.Uint32(rec[recordSize:]))
+}
+
 // TestElToritoByXorriso checks the boot catalog with xorriso and extracts
 // every file back with osirrox; the FAT boot image is then read by mtools.
 func TestElToritoByXorriso(t *testing.T) {
 	xorriso := testutil.RequireTool(t, "xorriso")
 	mtype := testutil.RequireTool(t, "mtype")
+	fsck := testutil.RequireTool(t, "fsck.fat")
 	// The smallest FAT32 image is 64 MiB, already past the 16-bit count:
 	// every case must get a count of 0.
 	tests := []struct {
@@ -79,6 +96,12 @@ func TestElToritoByXorriso(t *testing.T) {
 		{"small UKI", 2 * mib, 0},
 		{"UKI over 32 MiB", 40 * mib, 0},
 		{"boot image over 128 MiB", 2 * mib, 130 * mib},
+		// The UKI's run in the FAT starts block-aligned, whatever comes
+		// before it: 512-byte clusters moved by 0-3, or 4 KiB ones.
+		{"one cluster before the UKI", 2 * mib, 512},
+		{"two clusters before the UKI", 2 * mib, 1024},
+		{"three clusters before the UKI", 2 * mib, 1536},
+		{"4 KiB clusters", 2*mib + 1, 300 * mib},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +124,13 @@ func TestElToritoByXorriso(t *testing.T) {
 			if count != 0 {
 				t.Errorf("sector count %d, want 0 for a boot image over 32 MiB", count)
 			}
+			// The plain UKI is the FAT's copy: its extent lies in the boot
+			// image's.
+			bootLBA, bootSize := extentOf(t, iso, BootImagePath)
+			ukiLBA, ukiSize := extentOf(t, iso, "/EFI/BOOT/BOOTX64.EFI")
+			if ukiLBA < bootLBA || ukiLBA*blockSize+ukiSize > bootLBA*blockSize+bootSize {
+				t.Errorf("UKI at block %d (+%d bytes) is outside the boot image at block %d (+%d bytes)", ukiLBA, ukiSize, bootLBA, bootSize)
+			}
 
 			out := filepath.Join(fx.dir, "extract")
 			testutil.Run(t, xorriso, "-osirrox", "on", "-indev", iso, "-extract", "/", out)
@@ -113,6 +143,9 @@ func TestElToritoByXorriso(t *testing.T) {
 				}
 			}
 			esp := filepath.Join(out, BootImagePath)
+			if out, err := exec.Command(fsck, "-n", esp).CombinedOutput(); err != nil {
+				t.Errorf("fsck.fat: %v\n%s", err, out)
+			}
 			got := testutil.Run(t, mtype, "-i", esp, "::EFI/BOOT/BOOTX64.EFI")
 			if !bytes.Equal(got, testutil.ReadFile(t, fx.uki)) {
 				t.Error("UKI in the El Torito FAT image differs from its source")

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -24,35 +25,36 @@ const (
 	pvdExpiration  = 847
 	pvdEffective   = 864
 	bootCatalogLBA = 0x47
+	recordExtent   = 2  // both-endian uint32: first block
+	recordSize     = 10 // both-endian uint32: bytes
 	recordDate     = 18 // 7-byte date in a directory record
 	recordFlags    = 25
 	recordNameLen  = 32
 	flagDirectory  = 0x02
 
 	// catalogSectorCount is the default entry's 16-bit count of 512-byte
-	// sectors: after the 32-byte validation entry, at offset 6.
-	catalogSectorCount = 32 + 6
+	// sectors, at offset 6 of the entry (after the validation entry).
+	catalogSectorCount = 6
 	// catalogLoadRBA is the default entry's block of the boot image, in
 	// the entry (offset 8).
 	catalogLoadRBA = 8
 )
 
-// normalize fixes what go-diskfs v1.9.1 leaves irreproducible or wrong in a
+// normalize fixes what go-diskfs v1.9.1 leaves irreproducible in a
 // finalized ISO: it stamps time.Now() on the volume descriptor, the boot
 // catalog's record and (through the workspace's file times) every other
-// record; it truncates the boot image's sector count to 16 bits; and it
-// may pad past the volume's end. Every date becomes mtime (UTC), the count
-// 0 when the boot image exceeds the field, and the file the volume size.
-func normalize(f *os.File, mtime time.Time, bootImageSize int64) error {
+// record, and it may pad past the volume's end. Every date becomes mtime
+// (UTC) and the file the volume's size, which it returns in blocks.
+func normalize(f *os.File, mtime time.Time) (int64, error) {
 	var volumeBlocks int64
 	var root []byte
 	for s := int64(vdFirstSector); ; s++ {
 		vd := make([]byte, blockSize)
 		if _, err := f.ReadAt(vd, s*blockSize); err != nil {
-			return fmt.Errorf("reading volume descriptor %d: %w", s, err)
+			return 0, fmt.Errorf("reading volume descriptor %d: %w", s, err)
 		}
 		if !bytes.Equal(vd[1:6], []byte("CD001")) {
-			return fmt.Errorf("sector %d is not a volume descriptor", s)
+			return 0, fmt.Errorf("sector %d is not a volume descriptor", s)
 		}
 		switch vd[0] {
 		case vdTypePrimary, vdTypeSupp:
@@ -66,51 +68,81 @@ func normalize(f *os.File, mtime time.Time, bootImageSize int64) error {
 				volumeBlocks = int64(binary.LittleEndian.Uint32(vd[pvdVolumeSize:]))
 				root = vd[pvdRootRecord : pvdRootRecord+34]
 			}
-		case vdTypeBoot:
-			if err := fixCatalog(f, vd, bootImageSize); err != nil {
-				return err
-			}
 		}
 		if _, err := f.WriteAt(vd, s*blockSize); err != nil {
-			return fmt.Errorf("writing volume descriptor %d: %w", s, err)
+			return 0, fmt.Errorf("writing volume descriptor %d: %w", s, err)
 		}
 		if vd[0] == vdTypeEnd {
 			break
 		}
 		if s > vdFirstSector+16 {
-			return errors.New("no volume descriptor set terminator")
+			return 0, errors.New("no volume descriptor set terminator")
 		}
 	}
 	if root == nil {
-		return errors.New("no primary volume descriptor")
+		return 0, errors.New("no primary volume descriptor")
 	}
 	if err := stampTree(f, root, shortDate(mtime)); err != nil {
-		return err
+		return 0, err
 	}
 	// go-diskfs pads the last file with a whole zero block when it already
 	// ends on a block boundary, which lies past the volume.
-	return f.Truncate(volumeBlocks * blockSize)
+	return volumeBlocks, f.Truncate(volumeBlocks * blockSize)
 }
 
-// fileExtent finds the file at path (e.g. "/EFI/BOOT/BOOTX64.EFI") in the
-// ISO 9660 tree of f and returns its extent: first block and size in bytes.
-func fileExtent(f *os.File, p string) (lba, size int64, err error) {
+// setVolumeBlocks sets the primary volume descriptor's volume size.
+func setVolumeBlocks(f *os.File, n int64) error {
+	if n > math.MaxUint32 {
+		return fmt.Errorf("volume of %d blocks is larger than ISO 9660 can describe", n)
+	}
+	return writeBothEndian(f, vdFirstSector*blockSize+pvdVolumeSize, uint32(n))
+}
+
+// setExtent points the directory record of the file at p to size bytes
+// from block lba on.
+func setExtent(f *os.File, p string, lba, size int64) error {
+	off, _, err := findRecord(f, p)
+	if err != nil {
+		return err
+	}
+	if lba > math.MaxUint32 || size > math.MaxUint32 {
+		return fmt.Errorf("%s: %d bytes at block %d: past what one ISO 9660 extent can describe", p, size, lba)
+	}
+	if err := writeBothEndian(f, off+recordExtent, uint32(lba)); err != nil {
+		return err
+	}
+	return writeBothEndian(f, off+recordSize, uint32(size))
+}
+
+// writeBothEndian writes v little-endian then big-endian at off, as ISO
+// 9660 stores its numbers.
+func writeBothEndian(f *os.File, off int64, v uint32) error {
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[:4], v)
+	binary.BigEndian.PutUint32(b[4:], v)
+	_, err := f.WriteAt(b[:], off)
+	return err
+}
+
+// findRecord finds the file at path (e.g. "/EFI/BOOT/BOOTX64.EFI") in the
+// ISO 9660 tree of f and returns its directory record and where it is.
+func findRecord(f *os.File, p string) (off int64, rec []byte, err error) {
 	pvd := make([]byte, blockSize)
 	if _, err := f.ReadAt(pvd, vdFirstSector*blockSize); err != nil {
-		return 0, 0, fmt.Errorf("reading the primary volume descriptor: %w", err)
+		return 0, nil, fmt.Errorf("reading the primary volume descriptor: %w", err)
 	}
 	if pvd[0] != vdTypePrimary || !bytes.Equal(pvd[1:6], []byte("CD001")) {
-		return 0, 0, errors.New("no primary volume descriptor first")
+		return 0, nil, errors.New("no primary volume descriptor first")
 	}
-	rec := pvd[pvdRootRecord : pvdRootRecord+34]
+	rec = pvd[pvdRootRecord : pvdRootRecord+34]
 	for _, name := range strings.Split(strings.Trim(p, "/"), "/") {
 		dirLBA, dirSize := int64(binary.LittleEndian.Uint32(rec[2:])), int64(binary.LittleEndian.Uint32(rec[10:]))
 		if dirSize > maxDirSize {
-			return 0, 0, fmt.Errorf("directory at block %d: %d bytes", dirLBA, dirSize)
+			return 0, nil, fmt.Errorf("directory at block %d: %d bytes", dirLBA, dirSize)
 		}
 		buf := make([]byte, dirSize)
 		if _, err := f.ReadAt(buf, dirLBA*blockSize); err != nil {
-			return 0, 0, fmt.Errorf("reading directory at block %d: %w", dirLBA, err)
+			return 0, nil, fmt.Errorf("reading directory at block %d: %w", dirLBA, err)
 		}
 		rec = nil
 		for i := 0; i < len(buf) && rec == nil; {
@@ -120,73 +152,66 @@ func fileExtent(f *os.File, p string) (lba, size int64, err error) {
 				continue
 			}
 			if n < 34 || i+n > len(buf) || 33+int(buf[i+recordNameLen]) > n {
-				return 0, 0, fmt.Errorf("bad directory record at block %d offset %d", dirLBA, i)
+				return 0, nil, fmt.Errorf("bad directory record at block %d offset %d", dirLBA, i)
 			}
 			r := buf[i : i+n]
 			got := strings.TrimSuffix(strings.TrimSuffix(string(r[33:33+int(r[recordNameLen])]), ";1"), ".")
 			if strings.EqualFold(got, name) {
-				rec = r
+				rec, off = r, dirLBA*blockSize+int64(i)
 			}
 			i += n
 		}
 		if rec == nil {
-			return 0, 0, fmt.Errorf("%s: no %s", p, name)
+			return 0, nil, fmt.Errorf("%s: no %s", p, name)
 		}
 	}
 	if rec[recordFlags]&flagDirectory != 0 {
-		return 0, 0, fmt.Errorf("%s is a directory", p)
+		return 0, nil, fmt.Errorf("%s is a directory", p)
 	}
-	return int64(binary.LittleEndian.Uint32(rec[2:])), int64(binary.LittleEndian.Uint32(rec[10:])), nil
+	return off, rec, nil
 }
 
 // maxDirSize bounds a directory extent read from an image: ours are a
 // block or two.
 const maxDirSize = 1 << 20
 
-// bootImageLBA reads the block where the boot catalog's default entry
-// says the boot image starts.
-func bootImageLBA(f *os.File) (int64, error) {
+// setBootImage points the boot catalog's default entry to the boot image
+// at block lba, of size bytes. Its sector count is 16 bits of 512-byte
+// sectors: a larger image gets 0 (see the package comment).
+func setBootImage(f *os.File, lba, size int64) error {
 	for s := int64(vdFirstSector); s <= vdFirstSector+16; s++ {
 		vd := make([]byte, blockSize)
 		if _, err := f.ReadAt(vd, s*blockSize); err != nil {
-			return 0, fmt.Errorf("reading volume descriptor %d: %w", s, err)
+			return fmt.Errorf("reading volume descriptor %d: %w", s, err)
 		}
 		switch {
 		case !bytes.Equal(vd[1:6], []byte("CD001")):
-			return 0, fmt.Errorf("sector %d is not a volume descriptor", s)
+			return fmt.Errorf("sector %d is not a volume descriptor", s)
 		case vd[0] == vdTypeEnd:
-			return 0, errors.New("no El Torito boot record")
+			return errors.New("no El Torito boot record")
 		case vd[0] != vdTypeBoot || !bytes.HasPrefix(vd[7:], []byte("EL TORITO SPECIFICATION")):
 			continue
 		}
 		entry := make([]byte, 32)
-		catalog := int64(binary.LittleEndian.Uint32(vd[bootCatalogLBA:]))
-		if _, err := f.ReadAt(entry, catalog*blockSize+32); err != nil {
-			return 0, fmt.Errorf("reading boot catalog: %w", err)
+		at := int64(binary.LittleEndian.Uint32(vd[bootCatalogLBA:]))*blockSize + 32
+		if _, err := f.ReadAt(entry, at); err != nil {
+			return fmt.Errorf("reading boot catalog: %w", err)
 		}
 		if entry[0] != 0x88 {
-			return 0, fmt.Errorf("boot catalog's default entry is not bootable (indicator %#x)", entry[0])
+			return fmt.Errorf("boot catalog's default entry is not bootable (indicator %#x)", entry[0])
 		}
-		return int64(binary.LittleEndian.Uint32(entry[catalogLoadRBA:])), nil
-	}
-	return 0, errors.New("no volume descriptor set terminator")
-}
-
-// fixCatalog sets the default entry's sector count to 0 when the boot
-// image does not fit the 16-bit field (see the package comment).
-func fixCatalog(f *os.File, bootRecord []byte, bootImageSize int64) error {
-	if !bytes.HasPrefix(bootRecord[7:], []byte("EL TORITO SPECIFICATION")) {
+		var sectors uint16
+		if n := (size + 511) / 512; n <= 0xffff {
+			sectors = uint16(n)
+		}
+		binary.LittleEndian.PutUint16(entry[catalogSectorCount:], sectors)
+		binary.LittleEndian.PutUint32(entry[catalogLoadRBA:], uint32(lba))
+		if _, err := f.WriteAt(entry, at); err != nil {
+			return fmt.Errorf("writing boot catalog: %w", err)
+		}
 		return nil
 	}
-	lba := int64(binary.LittleEndian.Uint32(bootRecord[bootCatalogLBA:]))
-	if sectors := (bootImageSize + 511) / 512; sectors <= 0xffff {
-		return nil
-	}
-	var zero [2]byte
-	if _, err := f.WriteAt(zero[:], lba*blockSize+catalogSectorCount); err != nil {
-		return fmt.Errorf("writing boot catalog: %w", err)
-	}
-	return nil
+	return errors.New("no volume descriptor set terminator")
 }
 
 // stampTree sets the date of every record in the directory tree below the
