@@ -252,10 +252,7 @@ func (l *Layout) writeESP(f *os.File, w io.WriterAt) error {
 	if _, err := l.espImage.write(scratch, 0, l.ESPSize, l.espFiles, "", nil); err != nil {
 		return err
 	}
-	if _, err := scratch.Seek(0, io.SeekStart); err != nil {
-		return err
-	}
-	return copySparse(w, l.ESPStart, scratch, l.ESPSize)
+	return copyExtents(w, l.ESPStart, scratch, l.ESPSize)
 }
 
 // writeData formats the data partition in a scratch file beside the image
@@ -272,7 +269,7 @@ func (l *Layout) writeData(f *os.File, w io.WriterAt, opts Options) error {
 		return err
 	}
 	defer src.Close()
-	return copySparse(w, l.DataStart, src, l.DataSize)
+	return copyExtents(w, l.DataStart, src, l.DataSize)
 }
 
 // table is the GPT for the layout, with GUIDs derived from the seed.

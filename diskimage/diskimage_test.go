@@ -509,3 +509,50 @@ func TestDataPartitionIsExt4(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyExtents copies files with holes at their start, middle and end
+// and checks the bytes and that only data extents were read and written.
+func TestCopyExtents(t *testing.T) {
+	const mb = 1 << 20
+	tests := []struct {
+		name string
+		data []int64 // offsets of 1-byte writes; the file is 8 MiB
+	}{
+		{"all holes", nil},
+		{"data at both ends", []int64{0, 8*mb - 1}},
+		{"data in the middle", []int64{3 * mb, 3*mb + 4096, 5 * mb}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "scratch")
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(8 * mb); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, 8*mb)
+			for i, off := range tc.data {
+				want[off] = byte(i + 1)
+				if _, err := f.WriteAt(want[off:off+1], off); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := &recordingWriter{buf: make([]byte, 8*mb+10)}
+			if err := copyExtents(w, 10, f, 8*mb); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(w.buf[10:], want) {
+				t.Error("content differs")
+			}
+			if max := int64(len(tc.data)) * sparseBlock; w.written > max {
+				t.Errorf("wrote %d bytes, want at most %d (one block per byte of data)", w.written, max)
+			}
+			if err := copyExtents(w, 10, f, 8*mb+1); err == nil {
+				t.Error("copied a file of another size than planned")
+			}
+		})
+	}
+}

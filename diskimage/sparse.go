@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // sparseBlock is the granularity at which zero runs are skipped: the page
@@ -75,4 +77,37 @@ func writeNonZero(w io.WriterAt, off int64, p []byte) error {
 		}
 	}
 	return flush(len(p))
+}
+
+// copyExtents is copySparse for a scratch file of ours (a FAT or ext4 we
+// formatted, mostly holes): it reads only the file's data extents, found
+// with SEEK_DATA and SEEK_HOLE, instead of having the kernel fill hundreds
+// of MiB of holes with zeros only for them to be skipped here.
+func copyExtents(w io.WriterAt, off int64, f *os.File, size int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != size {
+		return fmt.Errorf("%s: %d bytes, want %d", f.Name(), fi.Size(), size)
+	}
+	for pos := int64(0); pos < size; {
+		data, err := f.Seek(pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return nil // holes to the end
+		}
+		if err != nil {
+			return fmt.Errorf("%s: finding data after byte %d: %w", f.Name(), pos, err)
+		}
+		hole, err := f.Seek(data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("%s: finding a hole after byte %d: %w", f.Name(), data, err)
+		}
+		hole = min(hole, size)
+		if err := copySparse(w, off+data, io.NewSectionReader(f, data, hole-data), hole-data); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+		pos = hole
+	}
+	return nil
 }
