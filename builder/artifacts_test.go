@@ -52,7 +52,7 @@ func TestArtifactInputErrors(t *testing.T) {
 			out := t.TempDir()
 			set, err := parseOutputs(tc.outputs)
 			if err == nil {
-				_, err = writeArtifacts(t.Context(), set, &artifactInputs{layers: []rootLayer{{asm, topLayerInitrd}}, assembled: asm, noRootInitrd: initrd, arch: "amd64", name: "t", version: "1"}, out)
+				_, err = writeArtifacts(t.Context(), set, &artifactInputs{layers: []rootLayer{{asm, topLayerInitrd}}, assembled: asm, kernelDir: asm, noRootInitrd: initrd, arch: "amd64", name: "t", version: "1"}, out)
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)

@@ -19,16 +19,13 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "10"
+const assembleVersion = "11"
 
 // Files the assemble step leaves in its output directory (and its layer:
 // layers.go).
 const (
-	kernelImage   = "vmlinuz"
-	kernelRelease = "kernel-release"
 	osReleaseFile = "os-release"
 	stubFile      = "linuxx64.efi.stub"
-	modulesDir    = "modules"
 	initrdFiles   = "initrd-files" // userspace tools for the init, with their libraries
 	initrdList    = "initrd-files.list"
 )
@@ -36,12 +33,12 @@ const (
 // assembleStep lays the recipe's files, units and users over the lower
 // layers (base and binaries) and packs what they change as the root's top
 // layer (layers.go). It also lifts out what later steps need from the
-// tree: the kernel, its modules, os-release and the UEFI stub.
+// tree: os-release, the UEFI stub and the init's tools (the kernel and
+// its modules: kernelStep).
 type assembleStep struct {
 	r        *recipe.Recipe
 	lowers   []string // layer step outputs below, bottom first
 	lowerKey string   // the input key of the step just below (it chains the rest)
-	modules  []string
 	epoch    int64
 	work     string
 }
@@ -75,7 +72,6 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 		in.Add("unit:"+u.Name, d+" enable="+strconv.FormatBool(u.Enable))
 	}
 	in.Add("sysusers", s.sysusers())
-	in.Add("modules", strings.Join(s.modules, ","))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
 }
@@ -91,6 +87,9 @@ func (s *assembleStep) Run(ctx context.Context, out string) error {
 		return removeMachineState(root) // what the layers brought
 	})
 	if err != nil {
+		return err
+	}
+	if err := checkKernelUntouched(upper); err != nil {
 		return err
 	}
 	return squashLayer(ctx, upper, out, s.epoch)
@@ -285,23 +284,9 @@ func (s *assembleStep) applyUsers(ctx context.Context, root *fsroot.Root) error 
 	return nil
 }
 
-// lift copies the kernel, its modules, os-release and the UEFI stub out of
-// the tree for the steps that make boot artifacts.
+// lift copies os-release, the UEFI stub and the init's tools out of the
+// tree for the steps that make boot artifacts.
 func (s *assembleStep) lift(root *fsroot.Root, out string) error {
-	kvers, err := root.Glob("/lib/modules/*")
-	if err != nil || len(kvers) == 0 {
-		return fmt.Errorf("no kernel in the image: add linux-image-%s to the packages", s.r.Base.Architecture)
-	}
-	if len(kvers) > 1 {
-		return fmt.Errorf("more than one kernel in the image: %v", kvers)
-	}
-	kver := path.Base(kvers[0])
-	if err := copyOut(root, "/boot/vmlinuz-"+kver, filepath.Join(out, kernelImage), 0o644); err != nil {
-		return fmt.Errorf("kernel %s: %w", kver, err)
-	}
-	if err := os.WriteFile(filepath.Join(out, kernelRelease), []byte(kver+"\n"), 0o644); err != nil {
-		return err
-	}
 	if err := copyOut(root, "/usr/lib/os-release", filepath.Join(out, osReleaseFile), 0o644); err != nil {
 		return fmt.Errorf("os-release: %w", err)
 	}
@@ -310,9 +295,6 @@ func (s *assembleStep) lift(root *fsroot.Root, out string) error {
 		if err := copyOut(root, stub, filepath.Join(out, stubFile), 0o644); err != nil {
 			return fmt.Errorf("UEFI stub: %w", err)
 		}
-	}
-	if err := liftModules(root, kver, s.modules, filepath.Join(out, modulesDir)); err != nil {
-		return err
 	}
 	return liftInitrdTools(root, out)
 }

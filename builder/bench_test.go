@@ -138,6 +138,7 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 	return &artifactInputs{
 		layers:       append(layers, rootLayer{dir("assemble"), topLayerInitrd}),
 		assembled:    dir("assemble"),
+		kernelDir:    dir("kernel"),
 		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
 		cmdline:      r.Cmdline(),
 		epoch:        DefaultSourceDateEpoch,

@@ -213,6 +213,7 @@ type flow struct {
 	layers   []rootLayer
 	lowerKey string
 	asmDir   string
+	kernDir  string
 	initBin  string
 	art      *artifactInputs
 	arts     map[string][]osimage.Artifact // per artifact writer
@@ -329,7 +330,7 @@ func (b *build) nodes(f *flow, stage string) []node {
 	}, node{
 		name: "assemble", deps: []string{below}, jobs: 2, mem: 1024,
 		make: func() (Step, error) {
-			return bytesMetered{Step: &assembleStep{r: b.r, lowers: layerDirs(f.layers), lowerKey: f.lowerKey, modules: b.modules(), epoch: b.epoch, work: b.work}}, nil
+			return bytesMetered{Step: &assembleStep{r: b.r, lowers: layerDirs(f.layers), lowerKey: f.lowerKey, epoch: b.epoch, work: b.work}}, nil
 		},
 		use: func(dir string) error {
 			f.asmDir, f.art.assembled = dir, dir
@@ -337,13 +338,21 @@ func (b *build) nodes(f *flow, stage string) []node {
 			return nil
 		},
 	}, node{
+		// The kernel and modules from the same layers as assemble: a
+		// changed unit or file does not lift them again.
+		name: "kernel", deps: []string{below}, jobs: 1, mem: 512,
+		make: func() (Step, error) {
+			return &kernelStep{lowers: layerDirs(f.layers), lowerKey: f.lowerKey, arch: arch, modules: b.modules(), work: b.work}, nil
+		},
+		use: func(dir string) error { f.kernDir, f.art.kernelDir = dir, dir; return nil },
+	}, node{
 		// The initrd without root: disk boots and root by URL; the live
 		// initrd is the root's layers before it (the initrd writer).
-		name: "initrd-noroot", deps: []string{"assemble", "init"}, jobs: 1, mem: 1024,
+		name: "initrd-noroot", deps: []string{"kernel", "assemble", "init"}, jobs: 1, mem: 1024,
 		make: func() (Step, error) {
-			s := &initrdStep{assembled: f.asmDir, init: f.initBin, modules: b.modules(), epoch: b.epoch}
+			s := &initrdStep{kernel: f.kernDir, assembled: f.asmDir, init: f.initBin, modules: b.modules(), epoch: b.epoch}
 			return bytesMetered{Step: s, total: func() int64 {
-				return dirSize(filepath.Join(f.asmDir, modulesDir)) + fileSize(f.initBin)
+				return dirSize(filepath.Join(f.kernDir, modulesDir)) + fileSize(f.initBin)
 			}}, nil
 		},
 		use: func(dir string) error { f.art.noRootInitrd = filepath.Join(dir, initrdFile); return nil },

@@ -57,7 +57,8 @@ func liftModules(root *fsroot.Root, kver string, names []string, out string) err
 // into the initrd without a root image (disk boots, root by URL). The live
 // initrd is this one after the root's layer segments (liveInitrd).
 type initrdStep struct {
-	assembled string
+	kernel    string // kernel step output (modules)
+	assembled string // assemble step output (the init's tools)
 	init      string
 	modules   []string
 	epoch     int64
@@ -73,7 +74,7 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 		return nil, err
 	}
 	in.AddDigest("init", d)
-	d, err = digestTree(filepath.Join(s.assembled, modulesDir))
+	d, err = digestTree(filepath.Join(s.kernel, modulesDir))
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 }
 
 func (s *initrdStep) Run(ctx context.Context, out string) error {
-	kver, err := readKernelRelease(s.assembled)
+	kver, err := readKernelRelease(s.kernel)
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 	}
 	return initrd.Assemble(initrd.AssembleOptions{
 		InitBinary:      s.init,
-		RootFS:          filepath.Join(s.assembled, modulesDir),
+		RootFS:          filepath.Join(s.kernel, modulesDir),
 		KernelRelease:   kver,
 		Modules:         s.modules,
 		Files:           strings.Fields(string(list)),

@@ -207,7 +207,7 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 	set, err := parseOutputs([]string{"pxe"})
 	mustDo(t, err)
 	arts, err := writeArtifacts(t.Context(), set, &artifactInputs{
-		layers: layers, assembled: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
+		layers: layers, assembled: asm, kernelDir: asm, noRootInitrd: filepath.Join(asm, "noroot.img"), cmdline: "console=ttyS0",
 	}, out)
 	mustDo(t, err)
 	if len(arts) != 5 {

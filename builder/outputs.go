@@ -56,7 +56,8 @@ func (o outputSet) needsStub() bool { return o["uki"] || o["disk"] || o["iso"] }
 // artifactInputs is what the artifact writers read.
 type artifactInputs struct {
 	layers        []rootLayer // bottom first: bootstrap, [binaries,] assemble
-	assembled     string      // assemble step output (kernel, stub, os-release, ...)
+	assembled     string      // assemble step output (stub, os-release, ...)
+	kernelDir     string      // kernel step output (kernel, its release)
 	noRootInitrd  string      // the initrd without root image (disk boots, installs)
 	cmdline       string
 	epoch         int64
@@ -67,7 +68,7 @@ type artifactInputs struct {
 	cert          *x509.Certificate
 }
 
-func (a *artifactInputs) kernel() string { return filepath.Join(a.assembled, kernelImage) }
+func (a *artifactInputs) kernel() string { return filepath.Join(a.kernelDir, kernelImage) }
 
 // rootLayers are the root's images, bottom first (the root stack's parts).
 func (a *artifactInputs) rootLayers() []string { return layerImages(layerDirs(a.layers)) }
@@ -249,7 +250,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 	if !out["pxe"] {
 		initrdName, rootName = asideInitrd, asideRoot
 	}
-	layerSteps := []string{"assemble", "initrd-noroot"}
+	layerSteps := []string{"kernel", "assemble", "initrd-noroot"}
 	// Writer keys name the cache entries a writer reads by path: an
 	// entry's directory is named by its key.
 	initrdKey := func() (string, error) {
@@ -261,7 +262,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 		if err != nil {
 			return "", err
 		}
-		return writerKey("uki", k, in.assembled, in.cmdline, strconv.FormatInt(in.epoch, 10), in.signerID())
+		return writerKey("uki", k, in.kernelDir, in.assembled, in.cmdline, strconv.FormatInt(in.epoch, 10), in.signerID())
 	}
 	shipsIf := func(ok bool, names ...string) []string {
 		if !ok {
@@ -319,13 +320,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 			name: "pxe", needs: layerSteps, files: files,
 			ships: []string{fileKernel, fileNoRoot, fileCmdline},
 			key: func() (string, error) {
-				// The kernel by content: it lives in the assemble step's
-				// output, which a changed unit renews.
-				k, err := digestFile(in.kernel())
-				if err != nil {
-					return "", err
-				}
-				return writerKey("pxe", k, in.noRootInitrd, in.cmdline)
+				return writerKey("pxe", in.kernelDir, in.noRootInitrd, in.cmdline)
 			},
 			size: func() int64 { return fileSize(in.kernel()) + fileSize(in.noRootInitrd) },
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
@@ -388,7 +383,7 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 				if err != nil {
 					return "", err
 				}
-				return writerKey("disk", k, in.assembled, in.noRootInitrd, in.diskCmdline(), strconv.FormatInt(in.dataMiB, 10),
+				return writerKey("disk", k, in.kernelDir, in.assembled, in.noRootInitrd, in.diskCmdline(), strconv.FormatInt(in.dataMiB, 10),
 					in.name, in.version, in.arch, strconv.FormatInt(in.epoch, 10), in.signerID())
 			},
 			size: func() int64 {
@@ -508,7 +503,7 @@ func (a *artifactInputs) writeUKI(d *artifactDir, name, initrdPath, cmdline stri
 	if err != nil {
 		return err
 	}
-	kver, err := readKernelRelease(a.assembled)
+	kver, err := readKernelRelease(a.kernelDir)
 	if err != nil {
 		return err
 	}

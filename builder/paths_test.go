@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -310,8 +311,10 @@ func TestLiftStaysInsideImage(t *testing.T) {
 			mustDo(t, os.MkdirAll(filepath.Join(h.root, "lib/modules", kver), 0o755))
 			tc.setup(t, h)
 			out := t.TempDir()
-			s := &assembleStep{r: h.recipe(recipe.Layer{}), modules: []string{"sentinel"}}
-			err := s.lift(openRoot(t, h.root), out)
+			// The kernel step's lift and assemble's, each on its own.
+			root := openRoot(t, h.root)
+			s := &assembleStep{r: h.recipe(recipe.Layer{})}
+			err := errors.Join(liftKernel(root, "amd64", []string{"sentinel"}, out), s.lift(root, out))
 			want := strings.ReplaceAll(tc.want, "ROOT", h.root)
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("err = %v\nwant it to contain %s", err, want)
