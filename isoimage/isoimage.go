@@ -2,7 +2,8 @@
 // Redfish Virtual Media: ISO 9660 with one El Torito entry for UEFI
 // (platform 0xEF, no emulation) whose boot image is a FAT32 file system
 // holding the UKI as the removable-media boot file. The UKI is also a plain
-// file in the ISO tree, and Options.Files adds more.
+// file in the ISO tree, whose record points at the same bytes in the FAT
+// (the UKI is stored once), and Options.Files adds more.
 //
 // The El Torito sector count is 16 bits of 512-byte sectors, so it cannot
 // describe a boot image over 32 MiB, and the UKI alone is larger. For such
