@@ -69,7 +69,7 @@ func TestArtifactInputErrors(t *testing.T) {
 func TestLiftWithoutKernel(t *testing.T) {
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "usr/lib"), 0o755)
-	err := (&assembleStep{r: testRecipe(t)}).lift(openRoot(t, root), t.TempDir())
+	err := liftKernel(openRoot(t, root), testRecipe(t).Base.Architecture, nil, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "no kernel in the image: add linux-image-amd64") {
 		t.Fatalf("err = %v", err)
 	}
