@@ -47,6 +47,7 @@ type assembleStep struct {
 type binary struct {
 	src, dest string
 	step      string
+	stepKey   string // the input key of the step: src is a function of it
 }
 
 func (s *assembleStep) Name() string { return "assemble" }

@@ -285,7 +285,11 @@ func (b *build) nodes(f *flow, stage string) []node {
 				name: name, jobs: 1, mem: 2048, layer: l.Name,
 				make: func() (Step, error) { return s, nil },
 				use: func(dir string) error {
-					f.sources[i] = []binary{{src: s.binaryPath(dir), dest: g.Binary, step: s.Name()}}
+					in, err := s.Inputs()
+					if err != nil {
+						return err
+					}
+					f.sources[i] = []binary{{src: s.binaryPath(dir), dest: g.Binary, step: s.Name(), stepKey: in.Key()}}
 					return nil
 				},
 			})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -30,11 +31,19 @@ const goBuildVersion = "3"
 type goBuildStep struct {
 	g    recipe.GoBuild
 	arch string
+
+	mu sync.Mutex
+	in cache.Inputs // once taken: they ask the go command
 }
 
 func (s *goBuildStep) Name() string { return "go:" + s.g.Module + "@" + s.g.Version }
 
 func (s *goBuildStep) Inputs() (cache.Inputs, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.in != nil {
+		return s.in, nil
+	}
 	var in cache.Inputs
 	in.Add("step-version", goBuildVersion)
 	in.Add("module", s.g.Module+"@"+s.g.Version)
@@ -51,6 +60,7 @@ func (s *goBuildStep) Inputs() (cache.Inputs, error) {
 	for _, i := range tc {
 		in.Add(i[0], i[1])
 	}
+	s.in = in
 	return in, nil
 }
 

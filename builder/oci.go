@@ -60,9 +60,13 @@ func fileName(imagePath string) string {
 }
 
 func (s *ociStep) binaries(out string) ([]binary, error) {
+	in, err := s.Inputs()
+	if err != nil {
+		return nil, err
+	}
 	var bins []binary
 	for from, to := range s.src.Paths {
-		bins = append(bins, binary{src: filepath.Join(out, fileName(from)), dest: to, step: s.Name()})
+		bins = append(bins, binary{src: filepath.Join(out, fileName(from)), dest: to, step: s.Name(), stepKey: in.Key()})
 	}
 	sort.Slice(bins, func(i, j int) bool { return bins[i].dest < bins[j].dest })
 	return bins, nil
