@@ -57,17 +57,19 @@ func normalize(f *os.File, mtime time.Time) (int64, error) {
 			return 0, fmt.Errorf("sector %d is not a volume descriptor", s)
 		}
 		switch vd[0] {
-		case vdTypePrimary, vdTypeSupp:
+		case vdTypeSupp:
+			// A second tree (Joliet) would keep the extents go-diskfs gave
+			// the staged files; the writer places them in the primary one.
+			return 0, fmt.Errorf("supplementary volume descriptor at sector %d: not supported", s)
+		case vdTypePrimary:
 			stamp := longDate(mtime)
 			copy(vd[pvdCreation:], stamp)
 			copy(vd[pvdModified:], stamp)
 			copy(vd[pvdExpiration:], unsetLongDate())
 			copy(vd[pvdEffective:], unsetLongDate())
 			copy(vd[pvdRootRecord+recordDate:], shortDate(mtime))
-			if vd[0] == vdTypePrimary {
-				volumeBlocks = int64(binary.LittleEndian.Uint32(vd[pvdVolumeSize:]))
-				root = vd[pvdRootRecord : pvdRootRecord+34]
-			}
+			volumeBlocks = int64(binary.LittleEndian.Uint32(vd[pvdVolumeSize:]))
+			root = vd[pvdRootRecord : pvdRootRecord+34]
 		}
 		if _, err := f.WriteAt(vd, s*blockSize); err != nil {
 			return 0, fmt.Errorf("writing volume descriptor %d: %w", s, err)
