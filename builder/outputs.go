@@ -169,6 +169,32 @@ func (d *artifactDir) write(name string, fill func(w io.Writer) error) (err erro
 	return nil
 }
 
+// writeFile creates name and has fill write it (at any offsets) and
+// return its sha256. Like write, it neither syncs nor renames: the
+// directory is published whole (and its artifacts are sealed) once every
+// writer is done; a failed writer leaves nothing.
+func (d *artifactDir) writeFile(name string, fill func(f *os.File) (string, error)) (err error) {
+	p := filepath.Join(d.dir, name)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(p)
+		}
+	}()
+	sum, err := fill(f)
+	if err != nil {
+		return err
+	}
+	d.setSum(name, sum)
+	return nil
+}
+
 // concat writes the files srcs, one after the other, as name.
 func (d *artifactDir) concat(name string, srcs ...string) error {
 	return d.write(name, func(w io.Writer) error {
@@ -410,17 +436,18 @@ func artifactWriters(out outputSet, in *artifactInputs, dir string) []artifactWr
 				return writerKey("iso", k, in.arch, in.name, in.version, strconv.FormatInt(in.epoch, 10))
 			},
 			write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				sum, err := isoimage.WriteDigest(p, isoimage.Options{
-					Architecture:    in.arch,
-					UKI:             ukiPath,
-					VolumeLabel:     isoVolumeLabel(in.name),
-					Seed:            in.name + "/" + in.version,
-					SourceDateEpoch: in.epoch,
+				err := d.writeFile(fileISO, func(f *os.File) (string, error) {
+					return isoimage.WriteInto(f, isoimage.Options{
+						Architecture:    in.arch,
+						UKI:             ukiPath,
+						VolumeLabel:     isoVolumeLabel(in.name),
+						Seed:            in.name + "/" + in.version,
+						SourceDateEpoch: in.epoch,
+					})
 				})
 				if err != nil {
 					return nil, fmt.Errorf("iso: %w", err)
 				}
-				d.setSum(fileISO, sum)
 				return one(osimage.KindISO, fileISO)
 			},
 		})
@@ -531,19 +558,16 @@ func (a *artifactInputs) writeDisk(d *artifactDir, name, rootStack string) error
 	if err := a.writeUKI(d, filepath.Base(ukiPath), a.noRootInitrd, a.diskCmdline()); err != nil {
 		return err
 	}
-	sum, err := diskimage.WriteDigest(path, diskimage.Options{
-		Architecture:    a.arch,
-		UKI:             ukiPath,
-		Root:            rootStack,
-		DataSizeMiB:     a.dataMiB,
-		Seed:            a.name + "/" + a.version,
-		SourceDateEpoch: a.epoch,
+	return d.writeFile(name, func(f *os.File) (string, error) {
+		return diskimage.WriteInto(f, diskimage.Options{
+			Architecture:    a.arch,
+			UKI:             ukiPath,
+			Root:            rootStack,
+			DataSizeMiB:     a.dataMiB,
+			Seed:            a.name + "/" + a.version,
+			SourceDateEpoch: a.epoch,
+		})
 	})
-	if err != nil {
-		return err
-	}
-	d.setSum(name, sum)
-	return nil
 }
 
 // isoVolumeLabel is the recipe name as an ISO 9660 volume identifier.

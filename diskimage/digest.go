@@ -23,17 +23,37 @@ func WriteDigest(path string, opts Options) (string, error) {
 	}
 	var sum string
 	err = atomicfile.Write(path, 0o644, func(f *os.File) error {
-		h := newOrderedHash(f, l.end())
-		if err := l.writeTo(f, h, opts); err != nil {
-			return err
-		}
-		sum, err = h.sum(l.DiskSize)
+		sum, err = l.writeDigest(f, opts)
 		return err
 	})
 	if err != nil {
 		return "", fmt.Errorf("disk image %s: %w", path, err)
 	}
 	return sum, nil
+}
+
+// WriteInto writes the disk image into f, a new empty file, and returns
+// its sha256 (hex) as WriteDigest does, without a temp file, rename or
+// sync: for a caller that makes a whole directory of files and publishes
+// it in one step (the builder's staging directory).
+func WriteInto(f *os.File, opts Options) (string, error) {
+	l, err := Plan(opts)
+	if err != nil {
+		return "", fmt.Errorf("disk image: %w", err)
+	}
+	sum, err := l.writeDigest(f, opts)
+	if err != nil {
+		return "", fmt.Errorf("disk image %s: %w", f.Name(), err)
+	}
+	return sum, nil
+}
+
+func (l *Layout) writeDigest(f *os.File, opts Options) (string, error) {
+	h := newOrderedHash(f, l.end())
+	if err := l.writeTo(f, h, opts); err != nil {
+		return "", err
+	}
+	return h.sum(l.DiskSize)
 }
 
 // end is where the last partition ends; only the backup GPT follows.

@@ -100,8 +100,9 @@ func isoPath(p string) (string, error) {
 	return clean, nil
 }
 
-// Write writes the ISO to path, via path+".tmp" renamed into place only on
-// success: after a failure nothing new is at path.
+// Write writes the ISO to path, via a temp file beside it, synced and
+// renamed into place only on success: after a failure nothing new is at
+// path.
 func Write(path string, opts Options) error {
 	_, err := WriteDigest(path, opts)
 	return err
@@ -111,15 +112,22 @@ func Write(path string, opts Options) error {
 // the UKI's bytes are written (into the boot image and as a plain file)
 // and from the small rest read back: the caller need not read the image
 // again.
-func WriteDigest(path string, opts Options) (string, error) {
-	sum, err := write(path, opts)
+func WriteDigest(path string, opts Options) (sum string, err error) {
+	err = atomicfile.Write(path, 0o644, func(f *os.File) error {
+		sum, err = WriteInto(f, opts)
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("ISO image %s: %w", path, err)
 	}
 	return sum, nil
 }
 
-func write(out string, opts Options) (sum string, err error) {
+// WriteInto writes the ISO into f, a new empty file, and returns its
+// sha256 (hex) as WriteDigest does, without a temp file, rename or sync:
+// for a caller that makes a whole directory of files and publishes it in
+// one step (the builder's staging directory).
+func WriteInto(f *os.File, opts Options) (sum string, err error) {
 	boot, err := diskimage.BootFileName(opts.Architecture)
 	if err != nil {
 		return "", err
@@ -185,7 +193,7 @@ func write(out string, opts Options) (sum string, err error) {
 	// it writes only the metadata, and the data extents (the boot image,
 	// then the files in path order) are placed after it here, each written
 	// once while the image is hashed.
-	work, err := os.MkdirTemp(filepath.Dir(out), ".isoimage-work-")
+	work, err := os.MkdirTemp(filepath.Dir(f.Name()), ".isoimage-work-")
 	if err != nil {
 		return "", err
 	}
@@ -224,11 +232,7 @@ func write(out string, opts Options) (sum string, err error) {
 			l.uki = len(l.files) - 1
 		}
 	}
-	err = atomicfile.Write(out, 0o644, func(f *os.File) error {
-		sum, err = l.write(f)
-		return err
-	})
-	return sum, err
+	return l.write(f)
 }
 
 // isoLayout is one ISO being written.
