@@ -111,6 +111,11 @@ func newBuild(r *recipe.Recipe, opts Options) (*build, *cache.Store, error) {
 	if opts.CacheDir == "" {
 		opts.CacheDir = DefaultCacheDir()
 	}
+	// Absolute: paths under it reach tools that run elsewhere (mmdebstrap's
+	// hooks run in the tree they build).
+	if opts.CacheDir, err = filepath.Abs(opts.CacheDir); err != nil {
+		return nil, nil, fmt.Errorf("cache directory: %w", err)
+	}
 	if opts.Jobs <= 0 {
 		opts.Jobs = runtime.NumCPU()
 	}

@@ -127,3 +127,22 @@ func testRecipe(t *testing.T) *recipe.Recipe {
 	}
 	return r
 }
+
+// TestRelativeCacheDir: a relative --cache-dir becomes absolute before any
+// path under it reaches a tool (mmdebstrap's pool hook runs in the tree it
+// builds, where a relative path names nothing: the bootstrap failed).
+func TestRelativeCacheDir(t *testing.T) {
+	r := testRecipe(t)
+	t.Chdir(t.TempDir())
+	b, _, err := newBuild(r, Options{CacheDir: "cache", OutputDir: "out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.log.Close()
+	if !filepath.IsAbs(b.opts.CacheDir) {
+		t.Errorf("cache directory %q is relative", b.opts.CacheDir)
+	}
+	if p := newDebPool(b.opts.CacheDir, "m", "r").dir; !filepath.IsAbs(p) {
+		t.Errorf(".deb pool %q is relative", p)
+	}
+}
