@@ -127,7 +127,7 @@ func WriteDigest(path string, opts Options) (sum string, err error) {
 // sha256 (hex) as WriteDigest does, without a temp file, rename or sync:
 // for a caller that makes a whole directory of files and publishes it in
 // one step (the builder's staging directory).
-func WriteInto(f *os.File, opts Options) (sum string, err error) {
+func WriteInto(f *os.File, opts Options) (string, error) {
 	boot, err := diskimage.BootFileName(opts.Architecture)
 	if err != nil {
 		return "", err
@@ -212,8 +212,9 @@ func WriteInto(f *os.File, opts Options) (sum string, err error) {
 		work: work, label: label, mtime: mtime,
 		esp: esp, espSize: espSize, espUKI: "EFI/BOOT/" + boot,
 	}
-	// Each file is read from one open file: the UKI's two copies (in the
-	// FAT and as a plain file) both come from it.
+	// Each file's bytes come from one open file, checked against the size
+	// it had when opened (the UKI's go into the FAT's run, which its plain
+	// record shares).
 	for _, p := range paths {
 		src, err := os.Open(tree[p])
 		if err != nil {
