@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -477,7 +478,7 @@ func watchBytes(ctx context.Context, total int64, paths ...string) (stop func())
 			case <-t.C:
 				var n int64
 				for _, p := range paths {
-					n += dirSize(p)
+					n += writtenBytes(p)
 				}
 				reportProgress(ctx, n, max(total, 0), "bytes")
 			}
@@ -514,6 +515,26 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 }
 
 // dirSize is the bytes in the regular files under p (or p itself).
+// writtenBytes is what the files under p (a file or a tree) hold on disk,
+// at most their sizes: a writer that sizes its file first (disk, ISO)
+// shows the bytes it has written so far, not the size it set.
+func writtenBytes(p string) int64 {
+	var n int64
+	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += min(fi.Size(), st.Blocks*512)
+				} else {
+					n += fi.Size()
+				}
+			}
+		}
+		return nil
+	})
+	return n
+}
+
 func dirSize(p string) int64 {
 	var n int64
 	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {

@@ -3,6 +3,8 @@ package builder
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +79,23 @@ func TestGoBuildProgress(t *testing.T) {
 		t.Fatalf("progress %+v: want most of the go list -deps count compiled", s)
 	}
 	t.Logf("%d of %d packages", s.done, s.total)
+}
+
+// TestWrittenBytes: a file sized first and written in part counts the
+// bytes written, not its size; a file written whole counts its size.
+func TestWrittenBytes(t *testing.T) {
+	dir := t.TempDir()
+	sparse, err := os.Create(filepath.Join(dir, "disk.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sparse.Close()
+	mustDo(t, sparse.Truncate(64<<20))
+	_, err = sparse.WriteAt(make([]byte, 1<<20), 8<<20)
+	mustDo(t, err)
+	mustDo(t, os.WriteFile(filepath.Join(dir, "uki.efi"), []byte("uki"), 0o644))
+	got := writtenBytes(dir)
+	if got < 1<<20+3 || got > 2<<20 {
+		t.Errorf("written bytes %d, want the 1 MiB written plus 3 (not the 64 MiB size)", got)
+	}
 }
