@@ -515,34 +515,28 @@ func (c *lineCounter) Write(p []byte) (int, error) {
 }
 
 // dirSize is the bytes in the regular files under p (or p itself).
+func dirSize(p string) int64 { return treeBytes(p, false) }
+
 // writtenBytes is what the files under p (a file or a tree) hold on disk,
 // at most their sizes: a writer that sizes its file first (disk, ISO)
 // shows the bytes it has written so far, not the size it set.
-func writtenBytes(p string) int64 {
-	var n int64
-	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-					n += min(fi.Size(), st.Blocks*512)
-				} else {
-					n += fi.Size()
-				}
-			}
-		}
-		return nil
-	})
-	return n
-}
+func writtenBytes(p string) int64 { return treeBytes(p, true) }
 
-func dirSize(p string) int64 {
+func treeBytes(p string, onDisk bool) int64 {
 	var n int64
 	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
+		if err != nil || !d.Type().IsRegular() {
+			return nil
 		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		size := fi.Size()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && onDisk {
+			size = min(size, st.Blocks*512)
+		}
+		n += size
 		return nil
 	})
 	return n

@@ -320,11 +320,10 @@ func (img FATImage) write(f *os.File, off, size int64, files []fatFile, deferred
 	if err != nil {
 		return nil, fmt.Errorf("formatting FAT32: %w", err)
 	}
-	if deferred != "" {
+	if i := slices.IndexFunc(files, func(ff fatFile) bool { return strings.EqualFold(ff.fatPath, deferred) }); i >= 0 {
 		// The deferred file goes last: the clusters after its chain are
 		// free, so shift can move it there.
-		files = append(slices.DeleteFunc(slices.Clone(files), func(ff fatFile) bool { return strings.EqualFold(ff.fatPath, deferred) }),
-			slices.DeleteFunc(slices.Clone(files), func(ff fatFile) bool { return !strings.EqualFold(ff.fatPath, deferred) })...)
+		files = append(append(slices.Clone(files[:i]), files[i+1:]...), files[i])
 	}
 	made := map[string]bool{"/": true}
 	for _, ff := range files {
