@@ -17,7 +17,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
-	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/initrd/layout"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
@@ -155,10 +155,10 @@ func overLayers(ctx context.Context, lowers []string, work string, change func(r
 // copy of the image, written and sealed in every cold build.
 func encodeLayerSegment(w io.Writer, l rootLayer, epoch int64) error {
 	a := initrd.NewArchive()
-	if err := a.AddDir(pid1.RootLayersDir, 0o755); err != nil {
+	if err := a.AddDir(layout.RootLayersDir, 0o755); err != nil {
 		return err
 	}
-	if err := a.AddHostFile(path.Join(pid1.RootLayersDir, l.name), 0o644, l.image()); err != nil {
+	if err := a.AddHostFile(path.Join(layout.RootLayersDir, l.name), 0o644, l.image()); err != nil {
 		return err
 	}
 	if err := a.Encode(w, initrd.WriteOptions{SourceDateEpoch: epoch, Compression: initrd.CompressionNone}); err != nil {

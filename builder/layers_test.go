@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cavaliergopher/cpio"
-	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/initrd/layout"
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -254,7 +254,7 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 				}
 			}
 		}
-		dir := strings.TrimPrefix(pid1.RootLayersDir, "/")
+		dir := strings.TrimPrefix(layout.RootLayersDir, "/")
 		if want := []string{dir, path.Join(dir, l.name)}; !slices.Equal(names, want) {
 			t.Errorf("segment %s: entries %q, want %q", l.name, names, want)
 		}

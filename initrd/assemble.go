@@ -14,7 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 
-	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/initrd/layout"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
@@ -53,7 +53,7 @@ type AssembleOptions struct {
 
 // Assemble writes the initrd described by opts: /init, /dev/console, the
 // directories the init mounts on, the kernel modules (decompressed, with
-// their load order in pid1.ModuleListPath) and optionally the root image.
+// their load order in layout.ModuleListPath) and optionally the root image.
 func Assemble(opts AssembleOptions) error {
 	if opts.Output == "" || opts.InitBinary == "" || opts.RootFS == "" {
 		return errors.New("initrd: Assemble needs Output, InitBinary and RootFS")
@@ -124,7 +124,7 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 	}
 
 	a := NewArchive()
-	for _, d := range []string{"/dev", "/proc", "/sys", "/run", pid1.SysrootDir, "/tmp"} {
+	for _, d := range []string{"/dev", "/proc", "/sys", "/run", layout.SysrootDir, "/tmp"} {
 		if err := a.AddDir(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 		}
 		list.WriteString(p + "\n")
 	}
-	if err := a.AddFile(pid1.ModuleListPath, 0o644, []byte(list.String())); err != nil {
+	if err := a.AddFile(layout.ModuleListPath, 0o644, []byte(list.String())); err != nil {
 		return nil, err
 	}
 	if len(opts.Files) > 0 {
@@ -166,7 +166,7 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 		}
 	}
 	if opts.RootImage != "" {
-		if err := a.AddHostFile(pid1.RootImagePath, 0o644, opts.RootImage); err != nil {
+		if err := a.AddHostFile(layout.RootImagePath, 0o644, opts.RootImage); err != nil {
 			return nil, err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/ironcore-dev/os-builder/initrd/pid1"
+	"github.com/ironcore-dev/os-builder/initrd/layout"
 )
 
 func TestAssemble(t *testing.T) {
@@ -73,7 +73,7 @@ func TestAssemble(t *testing.T) {
 	if sq.data != "ELF squashfs" {
 		t.Errorf("squashfs.ko not decompressed: %q", sq.data)
 	}
-	list := got[strings.TrimPrefix(pid1.ModuleListPath, "/")].data
+	list := got[strings.TrimPrefix(layout.ModuleListPath, "/")].data
 	wantOrder := []string{"loop.ko", "squashfs.ko", "overlay.ko", "crc32c_generic.ko", "crc16.ko", "mbcache.ko", "jbd2.ko", "ext4.ko"}
 	var gotOrder []string
 	for _, l := range strings.Split(list, "\n") {

@@ -143,7 +143,7 @@ func fsTypeAt(f *os.File, off int64) (string, error) {
 // lowerDir (LowerDir) and returns the overlay's lowerdir option, top layer first. src
 // is one image (mounted at lowerDir), a root stack (rootstack: each part at
 // lowerDir/N through a loop device at its offset) or the initrd's
-// RootLayersDir (each file, bottom first by name, at lowerDir/N).
+// layout.RootLayersDir (each file, bottom first by name, at lowerDir/N).
 func mountRootLayers(src, lowerDir string) (string, error) {
 	fi, err := os.Stat(src)
 	if err != nil {

@@ -24,25 +24,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ironcore-dev/os-builder/initrd/layout"
 )
 
-// Paths inside the initrd that the builder (package initrd) and the init
-// agree on.
+// Paths of the init's own; those it shares with the builder are in package
+// initrd/layout.
 const (
-	// RootImagePath is where the read-only root image sits in the initrd
-	// for osb.root=initrd.
-	RootImagePath = "/root.img"
-	// RootLayersDir holds the root's layers in the initrd instead, one
-	// image per file, bottom first by name. Each rides in its own cpio
-	// segment, so the builder reuses the big base segment byte for byte.
-	RootLayersDir = "/root.layers"
-	// ModuleListPath lists the kernel modules to load, one absolute path
-	// per line, in load order (dependencies first). Plain .ko files: the
-	// builder decompresses them, so the kernel needs no module
-	// decompression support.
-	ModuleListPath = "/etc/osb-init/modules"
-	// SysrootDir is where the final root is assembled before switching.
-	SysrootDir = "/sysroot"
 	// LowerDir and OverlayDir hold the read-only root and the tmpfs with
 	// the overlay's upper and work directories. They live under /run, which
 	// moves into the final root, so they stay visible there.
@@ -163,7 +151,7 @@ func (i *initProcess) run() error {
 	cfg.ResolveRoot(initrdRoot() != "")
 	i.logf("starting: mode=%s root=%s", cfg.Mode, cfg.Root)
 
-	if err := i.loadModules(ModuleListPath); err != nil {
+	if err := i.loadModules(layout.ModuleListPath); err != nil {
 		return err
 	}
 	switch cfg.Mode {
@@ -177,7 +165,7 @@ func (i *initProcess) run() error {
 		return fmt.Errorf("unknown mode %q", cfg.Mode)
 	}
 	i.logf("root ready after %v; switching to %s", time.Since(start).Round(time.Millisecond), SystemInit)
-	return switchRoot(SysrootDir, SystemInit, os.Args[1:])
+	return switchRoot(layout.SysrootDir, SystemInit, os.Args[1:])
 }
 
 // memoryMode assembles /sysroot: the read-only root image with a tmpfs
@@ -192,19 +180,19 @@ func (i *initProcess) memoryMode(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	if err := mountOverlay(lower, OverlayDir, SysrootDir); err != nil {
+	if err := mountOverlay(lower, OverlayDir, layout.SysrootDir); err != nil {
 		return err
 	}
 	rootDev := ""
 	if cfg.Root.Kind == RootLabel || cfg.Root.Kind == RootPartLabel {
 		rootDev = src
 	}
-	return i.setupPersist(cfg, rootDev, SysrootDir)
+	return i.setupPersist(cfg, rootDev, layout.SysrootDir)
 }
 
 // initrdRoot is the root the initrd carries, "" when it has none.
 func initrdRoot() string {
-	for _, p := range []string{RootLayersDir, RootImagePath} {
+	for _, p := range []string{layout.RootLayersDir, layout.RootImagePath} {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
@@ -219,7 +207,7 @@ func (i *initProcess) findRoot(cfg *Config) (string, error) {
 	case RootInitrd:
 		src := initrdRoot()
 		if src == "" {
-			return "", fmt.Errorf("osb.root=initrd but the initrd has neither %s nor %s", RootLayersDir, RootImagePath)
+			return "", fmt.Errorf("osb.root=initrd but the initrd has neither %s nor %s", layout.RootLayersDir, layout.RootImagePath)
 		}
 		return src, nil
 	case RootLabel, RootPartLabel:
