@@ -1,7 +1,6 @@
 package pid1
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/keyvalue"
 )
 
 // waitForBlockDevice polls /sys/class/block until a device matches ref or
@@ -84,7 +85,7 @@ func scanBlockDevices(sysDir string) ([]blockDevice, error) {
 	var out []blockDevice
 	for _, e := range entries {
 		d := blockDevice{name: e.Name()}
-		if ue, err := readUevent(filepath.Join(sysDir, e.Name(), "uevent")); err == nil {
+		if ue, err := keyvalue.ReadFile(filepath.Join(sysDir, e.Name(), "uevent")); err == nil {
 			d.partName = ue["PARTNAME"]
 			if n := ue["DEVNAME"]; n != "" {
 				d.name = n
@@ -97,22 +98,6 @@ func scanBlockDevices(sysDir string) ([]blockDevice, error) {
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
 	return out, nil
-}
-
-func readUevent(file string) (map[string]string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			m[k] = v
-		}
-	}
-	return m, sc.Err()
 }
 
 // readFSLabel returns the file system label of a device, "" when it has
