@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Build every non-test recipe and push it to $OS_IMAGES_REGISTRY as
-#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>
-#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>-<git sha7>
-#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:latest      (main branch only)
+#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>          (release refs)
+#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>-<git sha7> (release refs)
+#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:latest             (main only)
+#   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>-<git sha7>-<ref name>
+#                                                (any other ref: this tag only)
+# Release refs are refs/heads/main and release tags refs/tags/v*; a tag
+# named "main" or a branch named "v1.2" is not one.
 # (docs/image-format.md, "Tags"), with an SBOM and SLSA provenance attached as
 # OCI referrers, then checks every pushed tag with `builder inspect --verify`
 # (the pushed index is the one the output makes, SBOM and provenance attached
@@ -19,7 +23,10 @@
 #   BUILD_FLAGS         extra `builder build` flags, e.g. "--locked" or
 #                       "--sign-key db.key --sign-cert db.crt" (without a key
 #                       the UKIs are unsigned, and this script says so)
-#   GIT_SHA, GIT_BRANCH override what git reports (CI sets them)
+#   GIT_SHA             commit (default: git rev-parse HEAD; CI sets it)
+#   GIT_REF             full ref built, e.g. refs/heads/main, refs/tags/v1.2.0
+#                       (default: git symbolic-ref HEAD; CI sets github.ref).
+#                       A full ref, not a name: a tag "main" is no branch.
 #   SOURCE_REPO         provenance: source repository URI (default: git remote origin)
 #   BUILDER_ID          provenance: who builds, e.g. the CI run URL
 #   DRY_RUN             1: print the build and push commands, run none
@@ -38,7 +45,11 @@ read -r -a build_flags <<<"${BUILD_FLAGS:-}"
 commit=${GIT_SHA:-$(git rev-parse HEAD)}
 sha=${commit:0:7}
 source_repo=${SOURCE_REPO:-$(git remote get-url origin 2>/dev/null || true)}
-branch=${GIT_BRANCH:-$(git rev-parse --abbrev-ref HEAD)}
+if [[ -n ${GIT_BRANCH:-} && -z ${GIT_REF:-} ]]; then
+	echo "publish: GIT_BRANCH is no longer read: set GIT_REF=refs/heads/$GIT_BRANCH (a name cannot tell a branch from a tag)" >&2
+	exit 1
+fi
+ref=${GIT_REF:-$(git symbolic-ref -q HEAD || echo detached)}
 net_flags=()
 if [[ ${OS_IMAGES_INSECURE:-} == 1 ]]; then net_flags+=(--insecure); fi
 signed=0
@@ -56,11 +67,30 @@ top_level() {
 	sed -n -E "s/^$1:[[:space:]]*[\"']?([^\"'#]*[^\"'#[:space:]])[\"']?[[:space:]]*(#.*)?$/\1/p" "$2" | head -n1
 }
 
-# tag_safe VERSION: OCI tags allow [A-Za-z0-9_.-]; anything else becomes "-".
+# tag_safe VERSION [MAX]: OCI tags allow [A-Za-z0-9_.-]; anything else
+# becomes "-"; cut to MAX (default 100) characters.
 tag_safe() {
 	local t
 	t=$(printf '%s' "$1" | tr -c 'A-Za-z0-9_.-' '-')
-	printf '%s' "${t:0:100}"
+	printf '%s' "${t:0:${2:-100}}"
+}
+
+# release_tags VERSION: the tags this ref may push. Only main and release
+# tags move <version> (and main latest); any other ref gets one tag that
+# names it, so a branch can never overwrite a release.
+release_tags() {
+	case $ref in
+	refs/heads/main) echo "$1" "$1-$sha" latest ;;
+	refs/tags/v[0-9]*) echo "$1" "$1-$sha" ;;
+	*)
+		local name=${ref#refs/heads/}
+		name=${name#refs/tags/}
+		name=${name#refs/}
+		# OCI tags are at most 128 characters.
+		tag_safe "$1-$sha-$name" 128
+		echo
+		;;
+	esac
 }
 
 recipes=("$@")
@@ -95,8 +125,7 @@ for recipe in "${recipes[@]}"; do
 		echo "publish: $recipe: UKIs are unsigned (no --sign-key in BUILD_FLAGS)" >&2
 	fi
 	run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --output "$output"
-	tags=("$version" "$version-$sha")
-	if [[ $branch == main ]]; then tags+=(latest); fi
+	read -r -a tags <<<"$(release_tags "$version")"
 	# One push: the index, every tag on it, then the SBOM and provenance
 	# attached to its digest.
 	provenance=(--recipe "$recipe" --source-commit "$commit")

@@ -80,7 +80,7 @@ exec %[2]q "$@"
 	cmd := exec.Command("bash", "../ci/publish.sh", r.recipe)
 	cmd.Env = append(os.Environ(),
 		"OS_IMAGES_REGISTRY="+host+"/"+r.prefix, "OS_IMAGES_INSECURE=1", "BUILDER="+wrapper,
-		"OUT_DIR="+outDir, "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_BRANCH="+r.branch,
+		"OUT_DIR="+outDir, "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_REF=refs/heads/"+r.branch,
 		"BUILD_FLAGS="+r.flags, "SOURCE_REPO=git+https://example.test/os-builder", "BUILDER_ID=https://example.test/run/1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -112,7 +112,7 @@ func TestPublishScript(t *testing.T) {
 		tags     []string
 		unsigned bool
 	}{
-		{"feature", "", []string{"1.2.0", "1.2.0-0123456"}, true},
+		{"feature", "", []string{"1.2.0-0123456-feature"}, true},
 		{"main", "--sign-key k --sign-cert c", []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
 	} {
 		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: fake, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
@@ -211,5 +211,58 @@ func TestPublishPipeline(t *testing.T) {
 		if ref == pushed[0] {
 			t.Logf("SBOM %d bytes (%d packages), provenance %d bytes", len(atts.SBOMBytes), len(atts.SBOM.Packages), len(atts.ProvenanceBytes))
 		}
+	}
+}
+
+// TestPublishTags runs ci/publish.sh's tag choice (DRY_RUN=1) for each
+// kind of ref: the moving <version> and latest tags come only from main
+// (latest) and release tags v* (<version>); any other ref, a tag named
+// "main" included, pushes only <version>-<sha7>-<ref name>, which names
+// where it came from and cannot be mistaken for a release.
+func TestPublishTags(t *testing.T) {
+	tmp := t.TempDir()
+	recipe := filepath.Join(tmp, "hypervisor.yaml")
+	if err := os.WriteFile(recipe, []byte("name: hypervisor\nversion: \"1.2.0\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ref  string
+		tags []string
+	}{
+		{"refs/heads/main", []string{"1.2.0", "1.2.0-0123456", "latest"}},
+		{"refs/tags/v1.2.0", []string{"1.2.0", "1.2.0-0123456"}},
+		{"refs/heads/feature/x", []string{"1.2.0-0123456-feature-x"}},
+		{"refs/heads/main-fix", []string{"1.2.0-0123456-main-fix"}},
+		{"refs/tags/main", []string{"1.2.0-0123456-main"}},
+		{"refs/tags/1.2.0", []string{"1.2.0-0123456-1.2.0"}},
+		{"refs/pull/7/merge", []string{"1.2.0-0123456-pull-7-merge"}},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			cmd := exec.Command("bash", "../ci/publish.sh", recipe)
+			cmd.Env = append(os.Environ(), "DRY_RUN=1", "OS_IMAGES_REGISTRY=registry.test/org", "BUILDER=builder",
+				"OUT_DIR="+t.TempDir(), "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_REF="+tc.ref)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("publish.sh: %v\n%s", err, out)
+			}
+			var tags []string
+			for _, line := range strings.Split(string(out), "\n") {
+				args, ok := strings.CutPrefix(line, "+ builder push ")
+				if !ok {
+					continue
+				}
+				f := strings.Fields(args)
+				_, tag, _ := strings.Cut(f[len(f)-1], "hypervisor:")
+				tags = append(tags, tag)
+				for i := range f[:len(f)-1] {
+					if f[i] == "--tag" {
+						tags = append(tags, f[i+1])
+					}
+				}
+			}
+			if strings.Join(tags, " ") != strings.Join(tc.tags, " ") {
+				t.Errorf("tags %q, want %q\n%s", tags, tc.tags, out)
+			}
+		})
 	}
 }

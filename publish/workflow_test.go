@@ -51,10 +51,11 @@ func TestWorkflowInvocations(t *testing.T) {
 	checked := 0
 	for jobName, job := range wf.Jobs {
 		buildFlags := strings.Fields(job.Env["BUILD_FLAGS"])
-		// Steps that add to BUILD_FLAGS through $GITHUB_ENV.
+		// Steps that add to BUILD_FLAGS (for themselves or, through
+		// $GITHUB_ENV, for later steps).
 		for _, st := range job.Steps {
 			for _, line := range strings.Split(st.Run, "\n") {
-				if strings.Contains(line, "BUILD_FLAGS=") && strings.Contains(line, "GITHUB_ENV") {
+				if strings.Contains(line, "BUILD_FLAGS=") {
 					buildFlags = append(buildFlags, flagTokens(line)...)
 				}
 			}
@@ -127,7 +128,7 @@ func publishDryRun(t *testing.T, bin string, buildFlags []string) [][]string {
 	}
 	cmd := exec.Command("bash", "../ci/publish.sh")
 	cmd.Env = append(os.Environ(), "DRY_RUN=1", "OS_IMAGES_REGISTRY=registry.test/org", "BUILDER="+bin,
-		"OUT_DIR="+t.TempDir(), "BUILD_FLAGS="+strings.Join(flags, " "), "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_BRANCH=main")
+		"OUT_DIR="+t.TempDir(), "BUILD_FLAGS="+strings.Join(flags, " "), "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_REF=refs/heads/main")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("DRY_RUN=1 ci/publish.sh: %v\n%s", err, out)
@@ -157,4 +158,252 @@ func checkInvocation(t *testing.T, bin, where string, args []string) {
 		return
 	}
 	t.Logf("%s: builder %s: ok", where, strings.Join(args, " "))
+}
+
+// releaseWorkflow is the part of the workflow the release gate tests read.
+type releaseWorkflow struct {
+	Permissions yaml.Node `yaml:"permissions"`
+	Env         map[string]string
+	Jobs        map[string]struct {
+		If          string            `yaml:"if"`
+		Environment yaml.Node         `yaml:"environment"`
+		Permissions yaml.Node         `yaml:"permissions"`
+		Env         map[string]string `yaml:"env"`
+		Steps       []struct {
+			Name string            `yaml:"name"`
+			If   string            `yaml:"if"`
+			Uses string            `yaml:"uses"`
+			Run  string            `yaml:"run"`
+			Env  map[string]string `yaml:"env"`
+		} `yaml:"steps"`
+	} `yaml:"jobs"`
+}
+
+func readReleaseWorkflow(t *testing.T) (releaseWorkflow, string) {
+	t.Helper()
+	raw, err := os.ReadFile(workflowFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf releaseWorkflow
+	if err := yaml.Unmarshal(raw, &wf); err != nil {
+		t.Fatalf("%s: %v", workflowFile, err)
+	}
+	return wf, string(raw)
+}
+
+// grantsWrite reports whether a permissions node grants any write scope
+// (write-all included).
+func grantsWrite(n yaml.Node) bool {
+	if n.Kind == yaml.ScalarNode {
+		return strings.Contains(n.Value, "write")
+	}
+	for i := 1; i < len(n.Content); i += 2 {
+		if n.Content[i].Value == "write" {
+			return true
+		}
+	}
+	return false
+}
+
+// environmentName is a job's environment: a string or {name: ...}.
+func environmentName(n yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return n.Value
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "name" {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
+}
+
+// refCondition evaluates a job's `if:` for a ref. It understands only
+// alternatives (`||`) of `github.ref == 'X'` and
+// `startsWith(github.ref, 'X')`: a gate in any other form is not trusted
+// to mean what it seems to.
+func refCondition(t *testing.T, expr, ref string) bool {
+	t.Helper()
+	expr = strings.TrimSpace(expr)
+	expr = strings.TrimSuffix(strings.TrimPrefix(expr, "${{"), "}}")
+	eq := regexp.MustCompile(`^github\.ref\s*==\s*'([^']*)'$`)
+	prefix := regexp.MustCompile(`^startsWith\(\s*github\.ref\s*,\s*'([^']*)'\s*\)$`)
+	any := false
+	for _, term := range strings.Split(expr, "||") {
+		term = strings.TrimSpace(term)
+		for strings.HasPrefix(term, "(") && strings.HasSuffix(term, ")") && !prefix.MatchString(term) {
+			term = strings.TrimSpace(term[1 : len(term)-1])
+		}
+		switch {
+		case eq.MatchString(term):
+			any = any || ref == eq.FindStringSubmatch(term)[1]
+		case prefix.MatchString(term):
+			any = any || strings.HasPrefix(ref, prefix.FindStringSubmatch(term)[1])
+		default:
+			t.Fatalf("job condition %q: term %q is not github.ref == '...' or startsWith(github.ref, '...')", expr, term)
+		}
+	}
+	return any
+}
+
+// TestWorkflowReleaseGate: only main and release tags (v*) reach a job
+// that can publish (packages: write) or sign (a secret), and such a job
+// runs in a named environment, whose protection rules (deployment
+// branches main and v* tags, the signing secrets stored there) GitHub
+// enforces even on a workflow edited on a branch. The workflow's own
+// permissions grant nothing to write.
+func TestWorkflowReleaseGate(t *testing.T) {
+	wf, _ := readReleaseWorkflow(t)
+	if grantsWrite(wf.Permissions) {
+		t.Errorf("workflow-level permissions grant write to every job: grant it per release job")
+	}
+	for k, v := range wf.Env {
+		if strings.Contains(v, "secrets.") {
+			t.Errorf("workflow env %s reads a secret: every job would get it", k)
+		}
+	}
+	refs := []struct {
+		ref     string
+		release bool
+	}{
+		{"refs/heads/main", true},
+		{"refs/tags/v1.2.0", true},
+		{"refs/heads/feature", false},
+		{"refs/heads/main-fix", false},
+		{"refs/heads/v1.2.0", false},
+		{"refs/tags/main", false},
+		{"refs/tags/1.2.0", false},
+		{"refs/pull/7/merge", false},
+	}
+	gated := 0
+	for name, job := range wf.Jobs {
+		secrets := false
+		for _, v := range job.Env {
+			secrets = secrets || strings.Contains(v, "secrets.")
+		}
+		for _, st := range job.Steps {
+			for _, v := range st.Env {
+				secrets = secrets || strings.Contains(v, "secrets.")
+			}
+			secrets = secrets || strings.Contains(st.Run, "secrets.")
+		}
+		if !secrets && !grantsWrite(job.Permissions) {
+			continue
+		}
+		gated++
+		env := environmentName(job.Environment)
+		if env == "" || strings.Contains(env, "${{") {
+			t.Errorf("job %s publishes or reads secrets without a fixed protected environment (environment: %q)", name, env)
+		}
+		if job.If == "" {
+			t.Errorf("job %s publishes or reads secrets on any ref: no if:", name)
+			continue
+		}
+		for _, r := range refs {
+			if got := refCondition(t, job.If, r.ref); got != r.release {
+				t.Errorf("job %s runs on %s = %v, want %v (if: %s)", name, r.ref, got, r.release, job.If)
+			}
+		}
+	}
+	if gated == 0 {
+		t.Errorf("no job publishes: is %s still the publishing workflow?", workflowFile)
+	}
+}
+
+// TestWorkflowActionsPinned: every action is pinned by a full commit SHA
+// (a tag can be moved to other code) with the version as a comment, so an
+// update is a reviewed diff.
+func TestWorkflowActionsPinned(t *testing.T) {
+	_, raw := readReleaseWorkflow(t)
+	pinned := regexp.MustCompile(`^\s*(?:-\s*)?uses:\s*[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40}\s+#\s*v\d+(?:\.\d+)*\s*$`)
+	n := 0
+	for i, line := range strings.Split(raw, "\n") {
+		if !regexp.MustCompile(`^\s*(?:-\s*)?uses:`).MatchString(line) {
+			continue
+		}
+		n++
+		if !pinned.MatchString(line) {
+			t.Errorf("%s:%d: %q: pin the action to a 40-hex commit with a `# vX.Y.Z` comment", workflowFile, i+1, strings.TrimSpace(line))
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no actions found", workflowFile)
+	}
+}
+
+// TestWorkflowSigningKey: the Secure Boot key reaches one step only, the
+// one that builds, signs and pushes (ci/publish.sh), through that step's
+// env; it is written to disk there, not handed to later steps through
+// $GITHUB_ENV, and a later step that always runs (failure or
+// cancellation included) removes it.
+func TestWorkflowSigningKey(t *testing.T) {
+	wf, _ := readReleaseWorkflow(t)
+	keyFile := regexp.MustCompile(`>\s*"?([^"\s>]+\.key)"?`)
+	for name, job := range wf.Jobs {
+		for k, v := range job.Env {
+			if strings.Contains(v, "SECURE_BOOT_DB_KEY") {
+				t.Errorf("job %s: env %s hands the signing key to every step", name, k)
+			}
+		}
+		signing := -1
+		var path string
+		for i, st := range job.Steps {
+			uses := strings.Contains(st.Run, "SECURE_BOOT_DB_KEY")
+			for _, v := range st.Env {
+				uses = uses || strings.Contains(v, "SECURE_BOOT_DB_KEY")
+			}
+			if !uses {
+				continue
+			}
+			where := name + "/" + st.Name
+			if signing >= 0 {
+				t.Errorf("%s: a second step gets the signing key", where)
+				continue
+			}
+			signing = i
+			if strings.Contains(st.Run, "secrets.") {
+				t.Errorf("%s: a secret expanded into the script: pass it through env", where)
+			}
+			if !strings.Contains(st.Run, "ci/publish.sh") {
+				t.Errorf("%s: the key is written in a step that does not sign (ci/publish.sh)", where)
+			}
+			for _, line := range strings.Split(st.Run, "\n") {
+				if strings.Contains(line, "GITHUB_ENV") || strings.Contains(line, "GITHUB_OUTPUT") {
+					t.Errorf("%s: hands something to later steps: %q", where, strings.TrimSpace(line))
+				}
+			}
+			m := keyFile.FindStringSubmatch(st.Run)
+			if m == nil {
+				t.Errorf("%s: no key file written (> FILE.key)", where)
+				continue
+			}
+			path = m[1]
+		}
+		if signing < 0 {
+			continue
+		}
+		removed := false
+		for _, st := range job.Steps[signing+1:] {
+			if !strings.Contains(st.If, "always()") {
+				continue
+			}
+			for _, line := range strings.Split(st.Run, "\n") {
+				if strings.Contains(line, "rm ") && (strings.Contains(line, path) || strings.Contains(line, pathDir(path))) {
+					removed = true
+				}
+			}
+		}
+		if !removed {
+			t.Errorf("job %s: no step after signing with `if: always()` removes %s", name, path)
+		}
+	}
+}
+
+// pathDir is the directory part of a shell path.
+func pathDir(p string) string {
+	if i := strings.LastIndex(p, "/"); i > 0 {
+		return p[:i]
+	}
+	return p
 }
