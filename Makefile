@@ -27,11 +27,12 @@ build: builder ## alias
 
 # The builder carries its init (cmd/init for every architecture), so the
 # binary alone builds images: no Go, no source tree. The inits reach
-# cmd/builder's go:embed through -overlay only (see internal/embedinit).
+# cmd/builder's go:embed through -overlay only (see cmd/embedinit, a step
+# of this target, not a binary of bin/).
 BIN ?= bin
 builder: ## build bin/builder (with its init), bin/serverboot, bin/redfish-emulator
-	$(GO) run ./internal/embedinit $(BIN)/.init
-	$(GO) build -tags osb_embed_init -overlay $(BIN)/.init/overlay.json -o $(BIN)/ ./cmd/...
+	$(GO) run ./cmd/embedinit $(BIN)/.init
+	$(GO) build -tags osb_embed_init -overlay $(BIN)/.init/overlay.json -o $(BIN)/ $(filter-out ./cmd/embedinit,$(wildcard ./cmd/*))
 
 # The recipes' outputs, built once (cached) and shared by every test that
 # boots a real image. dpservice ships only as an image on a registry this

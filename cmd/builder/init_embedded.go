@@ -10,7 +10,7 @@ import (
 	"github.com/ironcore-dev/os-builder/initrd"
 )
 
-// The inits `make builder` compiled (internal/embedinit). They exist only
+// The inits `make builder` compiled (cmd/embedinit). They exist only
 // in the -overlay it passes, never in the source tree, so no other build
 // can embed a stale one.
 //

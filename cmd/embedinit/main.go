@@ -5,7 +5,7 @@
 // running in the source tree builds them (initrd.BuildInitBinary), so both
 // give the same bytes.
 //
-// Run it in the source tree: go run ./internal/embedinit DIR
+// Run it in the source tree: go run ./cmd/embedinit DIR
 package main
 
 import (
