@@ -207,16 +207,6 @@ func (a *Archive) SetOwner(p string, uid, gid int) error {
 	return nil
 }
 
-// Has reports whether the archive holds p.
-func (a *Archive) Has(p string) bool {
-	name, err := cleanPath(p)
-	if err != nil {
-		return false
-	}
-	_, ok := a.entries[name]
-	return ok
-}
-
 // AddTree adds the contents of hostDir below prefix ("" or "/" for the
 // archive root). Modes, symlinks, device nodes and hardlinks are kept;
 // owners are not (everything is root's: the initrd is built unprivileged
