@@ -146,15 +146,55 @@ func (s *Store) logf(format string, args ...any) {
 	}
 }
 
-// Path is where the entry for key lives (whether or not it exists).
-func (s *Store) Path(key string) string { return filepath.Join(s.entriesDir(), key) }
+// ErrInvalidKey marks a key that is not one Inputs.Key makes.
+var ErrInvalidKey = errors.New("not a plain key (64 lowercase hex digits)")
+
+// ValidKey checks that key is a plain cache key, as Inputs.Key makes it.
+// Every path the store derives from a key (entry, fill lock) goes through
+// it: keys also come from entries' meta files, which are not the store's
+// to trust (a cache restored from elsewhere), and "../../x" as a key would
+// name a path outside the cache.
+func ValidKey(key string) error {
+	if len(key) != sha256.Size*2 {
+		return fmt.Errorf("cache key %q: %w", key, ErrInvalidKey)
+	}
+	for _, c := range key {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("cache key %q: %w", key, ErrInvalidKey)
+		}
+	}
+	return nil
+}
+
+// entryPath is where the entry for a valid key lives.
+func (s *Store) entryPath(key string) (string, error) {
+	if err := ValidKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.entriesDir(), key), nil
+}
+
+// invalidEntry is what Path returns for an invalid key: inside entries/,
+// and no entry is ever filled there.
+const invalidEntry = "invalid-key"
+
+// Path is where the entry for key lives (whether or not it exists). An
+// invalid key (see ValidKey) gets entries/invalid-key, an entry that never
+// exists, rather than a path it would make up.
+func (s *Store) Path(key string) string {
+	p, err := s.entryPath(key)
+	if err != nil {
+		return filepath.Join(s.entriesDir(), invalidEntry)
+	}
+	return p
+}
 
 // Lookup returns the entry directory for key if it is complete and matches
 // its seal (file set, types, sizes, mtimes). A damaged entry is a miss: it
 // is logged and the next Fill replaces it.
 func (s *Store) Lookup(key string) (string, bool) {
-	p := s.Path(key)
 	err := s.check(key, false)
+	p := s.Path(key)
 	switch {
 	case err == nil:
 		return p, true
@@ -171,7 +211,10 @@ func (s *Store) Verify(key string) error {
 }
 
 func (s *Store) check(key string, contents bool) error {
-	p := s.Path(key)
+	p, err := s.entryPath(key)
+	if err != nil {
+		return err
+	}
 	m, err := readMeta(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Lstat(p); serr == nil {
@@ -223,7 +266,10 @@ func parseMeta(b []byte) (*Meta, error) {
 // is sealed, fsynced and renamed into place when fill succeeds.
 func (s *Store) Fill(ctx context.Context, step string, in Inputs, fill func(dir string) error) (string, error) {
 	key := in.Key()
-	final := s.Path(key)
+	final, err := s.entryPath(key)
+	if err != nil {
+		return "", fmt.Errorf("cache: %w", err)
+	}
 	keyLock, err := s.lockKey(ctx, key, step)
 	if err != nil {
 		return "", err
@@ -345,17 +391,43 @@ type Entry struct {
 	Used time.Time `json:"used"`
 }
 
-// List returns every entry with a readable meta file, newest first.
+// List returns every entry with a readable meta file, newest first. Entries
+// whose name or meta key is not a plain key of their own are left out
+// (and logged): see scan.
 func (s *Store) List() ([]Entry, error) {
+	entries, skipped, err := s.scan()
+	for _, err := range skipped {
+		s.logf("%v", err)
+	}
+	return entries, err
+}
+
+// scan lists the entries with a readable meta file, newest first, and
+// says which entries it skipped and why: one whose directory name is not
+// a plain key, whose meta key is not one, or whose meta key is another
+// entry's. No file was ever put there by Fill; the store derives no path
+// from them (a lock named by "../../x" is outside the cache).
+func (s *Store) scan() (entries []Entry, skipped []error, err error) {
 	des, err := os.ReadDir(s.entriesDir())
 	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
+		return nil, nil, fmt.Errorf("cache: %w", err)
 	}
-	var out []Entry
 	for _, de := range des {
 		p := filepath.Join(s.entriesDir(), de.Name())
+		if err := ValidKey(de.Name()); err != nil {
+			skipped = append(skipped, fmt.Errorf("cache: skipped entry %s: its name: %w", p, err))
+			continue
+		}
 		m, err := readMeta(p)
 		if err != nil {
+			continue
+		}
+		if err := ValidKey(m.Key); err != nil {
+			skipped = append(skipped, fmt.Errorf("cache: skipped entry %s: its %s: %w", p, metaFile, err))
+			continue
+		}
+		if m.Key != de.Name() {
+			skipped = append(skipped, fmt.Errorf("cache: skipped entry %s: its %s names another entry's key %s", p, metaFile, m.Key))
 			continue
 		}
 		e := Entry{Meta: *m, Path: p, Size: dirSize(p)}
@@ -363,24 +435,31 @@ func (s *Store) List() ([]Entry, error) {
 		if fi, err := os.Stat(p); err == nil {
 			e.Used = fi.ModTime()
 		}
-		out = append(out, e)
+		entries = append(entries, e)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
-	return out, nil
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Created.After(entries[j].Created) })
+	return entries, skipped, nil
 }
 
 // Touch marks an entry as used now, for prune's least-recently-used order.
 // Only the entry directory's own times change; the seal leaves them out.
 func (s *Store) Touch(key string) {
+	p, err := s.entryPath(key)
+	if err != nil {
+		return
+	}
 	now := time.Now()
-	_ = os.Chtimes(s.Path(key), now, now)
+	_ = os.Chtimes(p, now, now)
 }
 
 // Prune removes entries not used within maxAge (all entries when maxAge is
 // zero) and returns how many bytes it freed. Entries a build is filling
-// right now are left alone.
+// right now are left alone. Entries that are not the store's own (see
+// scan) are left alone too, and the error names each with the reason,
+// after everything else is pruned: a planted entry is for a human to look
+// at, not for prune to act on.
 func (s *Store) Prune(maxAge time.Duration) (int64, error) {
-	entries, err := s.List()
+	entries, skipped, err := s.scan()
 	if err != nil {
 		return 0, err
 	}
@@ -389,7 +468,11 @@ func (s *Store) Prune(maxAge time.Duration) (int64, error) {
 		if maxAge > 0 && time.Since(e.Used) < maxAge {
 			continue
 		}
-		l, err := tryLock(s.keyLockPath(e.Key), true)
+		lock, err := s.keyLockPath(e.Key)
+		if err != nil {
+			return freed, fmt.Errorf("cache prune: %w", err)
+		}
+		l, err := tryLock(lock, true)
 		if errors.Is(err, errBusy) {
 			continue
 		}
@@ -403,6 +486,9 @@ func (s *Store) Prune(maxAge time.Duration) (int64, error) {
 			return freed, fmt.Errorf("cache prune: %w", err)
 		}
 		freed += e.Size
+	}
+	if len(skipped) > 0 {
+		return freed, fmt.Errorf("cache prune: %w (remove such entries by hand)", errors.Join(skipped...))
 	}
 	return freed, nil
 }

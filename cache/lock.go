@@ -66,15 +66,23 @@ func tryLock(path string, create bool) (*os.File, error) {
 	}
 }
 
-func (s *Store) keyLockPath(key string) string {
-	return filepath.Join(s.locksDir(), key+lockSuffix)
+// keyLockPath is the fill lock of a valid key.
+func (s *Store) keyLockPath(key string) (string, error) {
+	if err := ValidKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.locksDir(), key+lockSuffix), nil
 }
 
 // lockKey takes the fill lock of key, waiting while another build holds it.
 func (s *Store) lockKey(ctx context.Context, key, step string) (*os.File, error) {
+	path, err := s.keyLockPath(key)
+	if err != nil {
+		return nil, fmt.Errorf("cache: %w", err)
+	}
 	logged := false
 	for {
-		f, err := tryLock(s.keyLockPath(key), true)
+		f, err := tryLock(path, true)
 		if err == nil {
 			return f, nil
 		}
