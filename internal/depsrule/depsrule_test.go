@@ -4,7 +4,11 @@
 // framework (only commands and their cli packages import cobra), and the
 // initrd's init (cmd/init) links nothing but the standard library,
 // golang.org/x/sys and this module's own packages: it is PID 1 of every
-// node, and what it links is all it can trust.
+// node, and what it links is all it can trust. Only cmd/init links the init
+// (initrd/pid1), and cmd/builder links none of the init's packages: the
+// paths both sides agree on are in initrd/layout, so the builder does not
+// carry the init's network stack. internal/... is the bottom floor: it
+// imports nothing of the module outside internal/.
 package depsrule
 
 import (
@@ -55,16 +59,41 @@ func initAllowed(d string) bool {
 		d == module || strings.HasPrefix(d, module+"/")
 }
 
+// initPackages: the init and its network stack, which only the init needs.
+var initPackages = map[string]bool{
+	module + "/initrd/pid1":    true,
+	module + "/initrd/netconf": true,
+	module + "/initrd/dhcp4":   true,
+	module + "/initrd/dhcp6":   true,
+	module + "/initrd/slaac":   true,
+	module + "/initrd/netlink": true,
+}
+
+// under reports whether pkg is dir or below it.
+func under(pkg, dir string) bool {
+	return pkg == dir || strings.HasPrefix(pkg, dir+"/")
+}
+
 // violations applies the rules to a package graph.
 func violations(graph map[string][]string) []string {
 	var v []string
 	for pkg, ds := range graph {
-		boot := pkg == module+"/boot" || strings.HasPrefix(pkg, module+"/boot/")
+		boot := under(pkg, module+"/boot")
 		library := !strings.HasPrefix(pkg, module+"/cmd/") && !strings.HasSuffix(pkg, "/cli")
 		isInit := pkg == module+"/cmd/init"
+		isBuilder := pkg == module+"/cmd/builder"
+		internal := under(pkg, module+"/internal")
 		for _, d := range ds {
 			if isInit && !initAllowed(d) {
 				v = append(v, pkg+" links "+d+" (cmd/init links only the standard library and golang.org/x/sys)")
+			}
+			if d == module+"/initrd/pid1" && !isInit {
+				v = append(v, pkg+" links "+d+" (only cmd/init links the init; shared paths are in initrd/layout)")
+			} else if isBuilder && initPackages[d] {
+				v = append(v, pkg+" links "+d+" (cmd/builder links none of the init's packages)")
+			}
+			if internal && under(d, module) && !under(d, module+"/internal") {
+				v = append(v, pkg+" imports "+d+" (internal/... imports nothing of the module outside internal/)")
 			}
 			if boot && (strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/")) {
 				v = append(v, pkg+" imports "+d+" (boot/... stays free of Kubernetes)")
@@ -79,7 +108,7 @@ func violations(graph map[string][]string) []string {
 
 func TestDependencyRules(t *testing.T) {
 	graph := deps(t)
-	for _, p := range []string{module + "/boot", module + "/cmd/init"} {
+	for _, p := range []string{module + "/boot", module + "/cmd/init", module + "/cmd/builder", module + "/internal/testutil"} {
 		if _, ok := graph[p]; !ok {
 			t.Fatalf("go list found no %s: %d packages", p, len(graph))
 		}
@@ -95,7 +124,17 @@ func TestViolationsCaught(t *testing.T) {
 		module + "/boot/redfish": {"net/http", "sigs.k8s.io/yaml"},
 		module + "/recipe":       {"github.com/spf13/cobra"},
 		module + "/boot/cli":     {"github.com/spf13/cobra"},
-		module + "/cmd/builder":  {"github.com/spf13/cobra", "k8s.io/api/core/v1"},
+		// cmd/builder: the init's network stack counts even without pid1.
+		module + "/cmd/builder": {"github.com/spf13/cobra", "k8s.io/api/core/v1",
+			module + "/initrd", module + "/initrd/layout", module + "/initrd/netlink"},
+		// Only cmd/init links pid1; the init's own packages link each other.
+		module + "/builder/rootfs": {module + "/initrd/layout", module + "/initrd/pid1"},
+		module + "/initrd":         {module + "/initrd/pid1"},
+		module + "/initrd/pid1":    {module + "/initrd/netconf", module + "/initrd/netlink", module + "/internal/keyvalue"},
+		module + "/initrd/netconf": {module + "/initrd/dhcp4", module + "/initrd/netlink"},
+		// internal/... stays among itself, whatever the name's prefix says.
+		module + "/internal/testutil": {module + "/internal/fsroot", module + "/recipe"},
+		module + "/internal/qemu":     {"golang.org/x/sys/unix", module + "/internalx"},
 		// cmd/init: what its own packages pull in counts (go list -deps).
 		module + "/cmd/init": {"net/http", "vendor/golang.org/x/net/idna", "golang.org/x/sys/unix",
 			module + "/initrd/pid1", module + "/initrd/gpt", "github.com/klauspost/compress/zstd", "golang.org/x/sysfoo"},
@@ -107,6 +146,11 @@ func TestViolationsCaught(t *testing.T) {
 		"recipe imports github.com/spf13/cobra",
 		"cmd/init links github.com/klauspost/compress/zstd",
 		"cmd/init links golang.org/x/sysfoo",
+		"cmd/builder links " + module + "/initrd/netlink",
+		"builder/rootfs links " + module + "/initrd/pid1",
+		"initrd links " + module + "/initrd/pid1",
+		"internal/testutil imports " + module + "/recipe",
+		"internal/qemu imports " + module + "/internalx",
 	}
 	all := strings.Join(got, "\n")
 	if len(got) != len(want) {
