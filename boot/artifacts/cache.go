@@ -126,20 +126,21 @@ func (c *blobCache) open(hexDigest string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), c.path(hexDigest)), nil
 }
 
-// verify reports whether the cached blob hashes to hexDigest, and its
-// actual sha256.
-func (c *blobCache) verify(hexDigest string) (bool, string, error) {
+// verify reports whether the cached blob hashes to hexDigest, its actual
+// sha256 and its size.
+func (c *blobCache) verify(hexDigest string) (bool, string, int64, error) {
 	f, err := c.open(hexDigest)
 	if err != nil {
-		return false, "", err
+		return false, "", 0, err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return false, "", fmt.Errorf("%w: hashing %s: %w", errCache, f.Name(), err)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return false, "", 0, fmt.Errorf("%w: hashing %s: %w", errCache, f.Name(), err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
-	return got == hexDigest, got, nil
+	return got == hexDigest, got, n, nil
 }
 
 // create opens a new private temp file next to the blobs.

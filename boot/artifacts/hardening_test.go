@@ -48,9 +48,9 @@ func (l *logBuffer) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
-func publish(t testing.TB, srv *Server, d v1.Hash, name string) error {
+func publish(t testing.TB, srv *Server, d v1.Hash, size int, name string) error {
 	t.Helper()
-	return srv.Publish(t.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Name: name}}}, nil)
+	return srv.Publish(t.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Size: int64(size), Name: name}}}, nil)
 }
 
 func get(t testing.TB, h http.Handler, path string) *httptest.ResponseRecorder {
@@ -195,7 +195,7 @@ func TestPlantedBlobNotServed(t *testing.T) {
 			var logs logBuffer
 			srv.Logf = logs.logf
 			done := make(chan error, 1)
-			go func() { done <- publish(t, srv, sum, "uki.efi") }()
+			go func() { done <- publish(t, srv, sum, len(blob), "uki.efi") }()
 			select {
 			case err := <-done:
 				if err != nil {
@@ -233,7 +233,7 @@ func TestVerifiedOncePerProcess(t *testing.T) {
 	}
 	var logs logBuffer
 	srv.Logf = logs.logf
-	if err := publish(t, srv, sum, "vmlinuz"); err != nil {
+	if err := publish(t, srv, sum, len(blob), "vmlinuz"); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(cache, "sha256", sum.Hex)); err != nil {
@@ -320,7 +320,7 @@ func TestSharedFetchSurvivesDisconnect(t *testing.T) {
 			url := ts.URL + "/blobs/" + d.String() + "/disk.raw"
 			if via == "http" {
 				// Published, then gone from the cache: the next GET fetches.
-				if err := publish(t, srv, d, "disk.raw"); err != nil {
+				if err := publish(t, srv, d, len(blob), "disk.raw"); err != nil {
 					t.Fatal(err)
 				}
 				if err := os.Remove(filepath.Join(cache, "sha256", d.Hex)); err != nil {
@@ -334,7 +334,7 @@ func TestSharedFetchSurvivesDisconnect(t *testing.T) {
 			start := func(ctx context.Context) func() ([]byte, int, error) {
 				if via == "publish" {
 					return func() ([]byte, int, error) {
-						return nil, 0, srv.Publish(ctx, []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Name: "disk.raw"}}}, nil)
+						return nil, 0, srv.Publish(ctx, []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Size: int64(len(blob)), Name: "disk.raw"}}}, nil)
 					}
 				}
 				return func() ([]byte, int, error) {
@@ -387,7 +387,8 @@ func TestFetchFailureLogged(t *testing.T) {
 		wantCode int
 		want     string
 	}{
-		{"source lies", func(src string) error { return os.WriteFile(src, []byte("tampered"), 0o600) }, http.StatusBadGateway, "digest mismatch"},
+		{"source lies", func(src string) error { return os.WriteFile(src, []byte("initrd bytez"), 0o600) }, http.StatusBadGateway, "digest mismatch"},
+		{"source grew", func(src string) error { return os.WriteFile(src, []byte("initrd bytes+"), 0o600) }, http.StatusBadGateway, "more than the 12 bytes"},
 		{"source gone", os.Remove, http.StatusBadGateway, "no such file or directory"},
 	}
 	for _, tc := range tests {
@@ -400,7 +401,7 @@ func TestFetchFailureLogged(t *testing.T) {
 			}
 			var logs logBuffer
 			srv.Logf = logs.logf
-			if err := publish(t, srv, sum, "initrd.img"); err != nil {
+			if err := publish(t, srv, sum, len("initrd bytes"), "initrd.img"); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Remove(filepath.Join(cache, "sha256", sum.Hex)); err != nil {
@@ -444,7 +445,7 @@ func TestSlowClients(t *testing.T) {
 	}
 	srv.timeouts = timeouts{readHeader: 300 * time.Millisecond, read: time.Second, write: time.Second, idle: time.Second,
 		writeStall: 500 * time.Millisecond, writeChunk: 64 << 10}
-	if err := publish(t, srv, sum, "disk.raw"); err != nil {
+	if err := publish(t, srv, sum, len(data), "disk.raw"); err != nil {
 		t.Fatal(err)
 	}
 	addr := make(chan net.Addr, 1)
@@ -533,7 +534,7 @@ func FuzzServePath(f *testing.F) {
 		f.Fatal(err)
 	}
 	srv.Logf = func(string, ...any) {}
-	if err := srv.Publish(f.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Name: "uki.efi"}}},
+	if err := srv.Publish(f.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Size: int64(len(blob)), Name: "uki.efi"}}},
 		[]boot.Script{{Name: "a.ipxe", Content: "#!ipxe\n"}}); err != nil {
 		f.Fatal(err)
 	}

@@ -88,6 +88,10 @@ func HashFile(p string) (v1.Hash, error) {
 // digest asked for.
 var ErrDigestMismatch = errors.New("digest mismatch")
 
+// ErrSizeMismatch means a blob is not the size its descriptor declares: a
+// source that sends more (or endlessly) is cut after one byte too many.
+var ErrSizeMismatch = errors.New("size mismatch")
+
 // Server serves published artifacts and scripts. It listens on one address
 // and advertises another (Advertise), since machines often reach it through
 // a different address than the one it binds.
@@ -105,10 +109,10 @@ type Server struct {
 	timeouts  timeouts
 
 	mu        sync.Mutex
-	published map[string]bool   // "<digest>/<name>" published
+	published map[string]int64  // "<digest>/<name>" published -> declared size
 	scripts   map[string]string // script name -> content
 	inflight  map[string]*fetch // digest -> running fetch
-	verified  map[string]bool   // digests whose cached bytes were hashed in this process
+	verified  map[string]int64  // digests whose cached bytes were hashed in this process -> size
 	served    map[string]bool   // URL paths served completely by GET
 	servedCh  chan struct{}     // closed and replaced whenever served grows
 }
@@ -116,6 +120,7 @@ type Server struct {
 type fetch struct {
 	done chan struct{}
 	err  error
+	size int64 // the size the fetch is bounded by
 }
 
 // timeouts of the HTTP server. Requests are GET/HEAD: the header is the
@@ -154,7 +159,7 @@ func NewServer(source Source, cacheDir, advertiseURL string) (*Server, error) {
 		return nil, err
 	}
 	return &Server{source: source, cache: cache, advertise: strings.TrimSuffix(advertiseURL, "/"), timeouts: defaultTimeouts,
-		published: map[string]bool{}, scripts: map[string]string{}, inflight: map[string]*fetch{}, verified: map[string]bool{},
+		published: map[string]int64{}, scripts: map[string]string{}, inflight: map[string]*fetch{}, verified: map[string]int64{},
 		served: map[string]bool{}, servedCh: make(chan struct{})}, nil
 }
 
@@ -172,19 +177,20 @@ func (s *Server) AdvertiseURL() string { return s.advertise }
 var _ boot.Publisher = (*Server)(nil)
 
 // Publish makes artifacts and scripts servable, fetching and verifying every
-// blob first, so a missing or corrupt blob fails the plan before the BMC is
-// touched rather than when firmware asks for it.
+// blob first (digest and the descriptor's size), so a missing or corrupt
+// blob fails the plan before the BMC is touched rather than when firmware
+// asks for it.
 func (s *Server) Publish(ctx context.Context, arts []boot.PublishedArtifact, scripts []boot.Script) error {
 	for _, a := range arts {
 		d, err := v1.NewHash(a.Digest)
 		if err != nil {
 			return fmt.Errorf("artifact %s: %w", a.Name, err)
 		}
-		if err := s.ready(ctx, d); err != nil {
+		if err := s.ready(ctx, d, a.Size); err != nil {
 			return fmt.Errorf("artifact %s: %w", a.Name, err)
 		}
 		s.mu.Lock()
-		s.published[d.String()+"/"+a.Name] = true
+		s.published[d.String()+"/"+a.Name] = a.Size
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -195,27 +201,31 @@ func (s *Server) Publish(ctx context.Context, arts []boot.PublishedArtifact, scr
 	return nil
 }
 
-// ready returns once the blob is cached and verified in this process. The
-// first caller starts one shared fetch; it runs detached from every
-// caller's context (bounded by FetchTimeout), so a caller that leaves, such
-// as a client disconnecting, fails nobody else.
-func (s *Server) ready(ctx context.Context, d v1.Hash) error {
+// ready returns once the blob is cached and verified in this process, and
+// is size bytes long. The first caller starts one shared fetch, bounded by
+// its size; it runs detached from every caller's context (bounded by
+// FetchTimeout), so a caller that leaves, such as a client disconnecting,
+// fails nobody else.
+func (s *Server) ready(ctx context.Context, d v1.Hash, size int64) error {
 	if d.Algorithm != "sha256" || len(d.Hex) != sha256.Size*2 {
 		return fmt.Errorf("unsupported digest %s", d)
 	}
+	if size < 0 || size == math.MaxInt64 {
+		return fmt.Errorf("blob %s: %w: declared size %d", d, ErrSizeMismatch, size)
+	}
 	s.mu.Lock()
-	if s.verified[d.Hex] {
+	if got, ok := s.verified[d.Hex]; ok {
 		s.mu.Unlock()
-		return nil
+		return sizeMatches(d, got, size)
 	}
 	f, running := s.inflight[d.Hex]
 	if !running {
-		f = &fetch{done: make(chan struct{})}
+		f = &fetch{done: make(chan struct{}), size: size}
 		s.inflight[d.Hex] = f
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(s.FetchTimeout, 30*time.Minute))
 		go func() {
 			defer cancel()
-			err := s.ensure(fctx, d)
+			err := s.ensure(fctx, d, size)
 			if err != nil {
 				s.logf("artifact server: blob %s unavailable: %v", d, err)
 			}
@@ -223,7 +233,7 @@ func (s *Server) ready(ctx context.Context, d v1.Hash) error {
 			f.err = err
 			delete(s.inflight, d.Hex)
 			if err == nil {
-				s.verified[d.Hex] = true
+				s.verified[d.Hex] = size
 			}
 			s.mu.Unlock()
 			close(f.done)
@@ -232,20 +242,33 @@ func (s *Server) ready(ctx context.Context, d v1.Hash) error {
 	s.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.err
+		if f.err != nil {
+			return f.err
+		}
+		// Another caller's fetch: its size is the blob's.
+		return sizeMatches(d, f.size, size)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
+// sizeMatches compares a verified blob's size with a declared one.
+func sizeMatches(d v1.Hash, got, declared int64) error {
+	if got != declared {
+		return fmt.Errorf("blob %s: %w: %d bytes, not the %d its descriptor declares", d, ErrSizeMismatch, got, declared)
+	}
+	return nil
+}
+
 // ensure makes the cache hold the blob: a cached copy is hashed first (it
 // may predate this process: planted, truncated, bit-rotted) and replaced by
-// a fetch unless it matches.
-func (s *Server) ensure(ctx context.Context, d v1.Hash) error {
-	ok, got, err := s.cache.verify(d.Hex)
+// a fetch unless it matches. A fetch reads at most size+1 bytes.
+func (s *Server) ensure(ctx context.Context, d v1.Hash, size int64) error {
+	ok, got, n, err := s.cache.verify(d.Hex)
 	switch {
 	case ok:
-		return nil
+		// The bytes are the blob's; a descriptor that says otherwise is wrong.
+		return sizeMatches(d, n, size)
 	case err == nil:
 		s.logf("artifact server: cached %s has sha256:%s, not its digest; fetching it again", s.cache.path(d.Hex), got)
 	case errors.Is(err, errNotRegular):
@@ -253,10 +276,14 @@ func (s *Server) ensure(ctx context.Context, d v1.Hash) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	return s.fetch(ctx, d)
+	return s.fetch(ctx, d, size)
 }
 
-func (s *Server) fetch(ctx context.Context, d v1.Hash) error {
+// fetch copies the blob from the source into the cache, reading no more
+// than size+1 bytes: a source that sends more than the descriptor declares
+// (a hostile registry streaming without end) is cut there, and the temp
+// file is removed.
+func (s *Server) fetch(ctx context.Context, d v1.Hash, size int64) error {
 	rc, err := s.source.Open(ctx, d)
 	if err != nil {
 		return fmt.Errorf("opening blob %s: %w", d, err)
@@ -268,12 +295,17 @@ func (s *Server) fetch(ctx context.Context, d v1.Hash) error {
 	}
 	defer s.cache.remove(tmpName)
 	var h hash.Hash = sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), rc); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fetching blob %s: %w", d, err)
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, size+1))
+	if cerr := tmp.Close(); cerr != nil && err == nil {
+		return fmt.Errorf("%w: caching blob %s: %w", errCache, d, cerr)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%w: caching blob %s: %w", errCache, d, err)
+	switch {
+	case n > size: // whatever else the source says about it
+		return fmt.Errorf("%w: the source of blob %s sends more than the %d bytes its descriptor declares", ErrSizeMismatch, d, size)
+	case err != nil:
+		return fmt.Errorf("fetching blob %s: after %d of the %d bytes: %w", d, n, size, err)
+	case n < size:
+		return fmt.Errorf("%w: the source of blob %s ended after %d of the %d bytes", ErrSizeMismatch, d, n, size)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != d.Hex {
 		return fmt.Errorf("%w: blob %s has sha256:%s", ErrDigestMismatch, d, got)
@@ -282,9 +314,9 @@ func (s *Server) fetch(ctx context.Context, d v1.Hash) error {
 }
 
 // open returns the verified cached blob, fetching it first if needed.
-func (s *Server) open(ctx context.Context, d v1.Hash) (*os.File, error) {
+func (s *Server) open(ctx context.Context, d v1.Hash, size int64) (*os.File, error) {
 	for range 2 {
-		if err := s.ready(ctx, d); err != nil {
+		if err := s.ready(ctx, d, size); err != nil {
 			return nil, err
 		}
 		f, err := s.cache.open(d.Hex)
@@ -365,7 +397,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name 
 		return
 	}
 	s.mu.Lock()
-	ok := s.published[d.String()+"/"+name]
+	size, ok := s.published[d.String()+"/"+name]
 	s.mu.Unlock()
 	if !ok {
 		// Only published artifacts: the server is no open proxy to the registry.
@@ -373,7 +405,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name 
 		return
 	}
 	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.timeouts.writeStall, chunk: s.timeouts.writeChunk}
-	f, err := s.open(r.Context(), d)
+	f, err := s.open(r.Context(), d, size)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client left; the fetch goes on for the others

@@ -53,9 +53,9 @@ func TestServe(t *testing.T) {
 	}
 	ts.Config.Handler = srv
 	arts := []boot.PublishedArtifact{
-		{Artifact: boot.Artifact{Digest: ukiSum.String(), Name: "uki.efi"}},
-		{Artifact: boot.Artifact{Digest: isoSum.String(), Name: "image.iso"}},
-		{Artifact: boot.Artifact{Digest: rawSum.String(), Name: "vmlinuz"}},
+		{Artifact: boot.Artifact{Digest: ukiSum.String(), Size: int64(len(uki)), Name: "uki.efi"}},
+		{Artifact: boot.Artifact{Digest: isoSum.String(), Size: int64(len(iso)), Name: "image.iso"}},
+		{Artifact: boot.Artifact{Digest: rawSum.String(), Size: int64(len(raw)), Name: "vmlinuz"}},
 	}
 	script := boot.Script{Name: "abc.ipxe", Content: "#!ipxe\nboot\n"}
 	if err := srv.Publish(t.Context(), arts, []boot.Script{script}); err != nil {
@@ -125,7 +125,7 @@ func TestDigestVerification(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = srv.Publish(t.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Name: "uki.efi"}}}, nil)
+	err = srv.Publish(t.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Size: int64(len("the real uki")), Name: "uki.efi"}}}, nil)
 	if !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("err = %v, want ErrDigestMismatch", err)
 	}
@@ -158,7 +158,7 @@ func TestLayoutSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Publish(context.Background(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Name: "image.iso"}}}, nil); err != nil {
+	if err := srv.Publish(context.Background(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Size: int64(len(b)), Name: "image.iso"}}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
@@ -189,7 +189,7 @@ func BenchmarkThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := srv.Publish(b.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Name: "disk.raw"}}}, nil); err != nil {
+	if err := srv.Publish(b.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: sum.String(), Size: int64(len(data)), Name: "disk.raw"}}}, nil); err != nil {
 		b.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
