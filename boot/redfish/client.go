@@ -114,18 +114,14 @@ const maxBody = 4 << 20
 // BMC must not hold the caller.
 const logoutTimeout = 10 * time.Second
 
-// keepAlive undoes gofish's "Connection: close" on every request when it is
-// given its own http.Client: a TLS handshake per request is slow on BMCs and
-// they have few connection slots.
-type keepAlive struct{ next http.RoundTripper }
+// ErrOffOrigin means a path or redirect from the BMC leads off the BMC's
+// origin (scheme and host of the endpoint). Paths come from the BMC's
+// answers (@odata.id, action targets, Location) and requests carry its
+// credentials: "@other-host/x" appended to the endpoint names other-host.
+var ErrOffOrigin = errors.New("leads off the BMC's origin")
 
-func (k keepAlive) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Close {
-		req = req.Clone(req.Context())
-		req.Close = false
-	}
-	return k.next.RoundTrip(req)
-}
+// maxRedirects is what Go's client allows by default.
+const maxRedirects = 10
 
 // Auth says how the client authenticates.
 type Auth string
@@ -156,6 +152,7 @@ func ParseAuth(s string) (Auth, error) {
 // Client is a connected BMC.
 type Client struct {
 	endpoint     string
+	origin       *url.URL // the endpoint parsed: every request stays on its scheme and host
 	hc           *http.Client
 	creds        Credentials
 	auth         Auth          // what Connect settled on: AuthSession or AuthBasic
@@ -192,7 +189,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("BMC endpoint %q is not an http(s) URL", cfg.Endpoint)
 	}
-	c := &Client{endpoint: strings.TrimSuffix(cfg.Endpoint, "/"), retry: cfg.Retry, taskPoll: cfg.TaskPoll,
+	c := &Client{endpoint: strings.TrimSuffix(cfg.Endpoint, "/"), origin: u, retry: cfg.Retry, taskPoll: cfg.TaskPoll,
 		taskTimeout: cfg.TaskTimeout, sem: make(chan struct{}, 2)}
 	if c.retry.Attempts <= 0 {
 		c.retry.Attempts = 8
@@ -214,9 +211,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify} //nolint:gosec // opt-in for labs
 		t.MaxIdleConnsPerHost = 4
-		hc = &http.Client{Transport: keepAlive{t}, Timeout: 60 * time.Second}
+		hc = &http.Client{Transport: t, Timeout: 60 * time.Second}
 	}
-	c.hc = &http.Client{Transport: boundedBody{hc.Transport}, Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: hc.CheckRedirect}
+	c.hc = &http.Client{Transport: boundedBody{hc.Transport}, Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: c.checkRedirect(hc.CheckRedirect)}
 	c.creds = cfg.Credentials
 	auth := cfg.Auth
 	if cfg.BasicAuth {
@@ -873,7 +870,53 @@ func (c *Client) requestTraced(ctx context.Context, method, path string, body an
 	return resp, err
 }
 
+// resolve turns a path from the BMC (or this client) into a URL on the
+// endpoint. Only an absolute path is one: "//host/x", "http://host/x",
+// "@host/x", ".example/x" or ":1/x" appended to the endpoint name another
+// host or port, and are refused.
+func (c *Client) resolve(path string) (string, error) {
+	if !strings.HasPrefix(path, "/") || strings.HasPrefix(path, "//") {
+		return "", fmt.Errorf("BMC path %q: %w: not an absolute path", path, ErrOffOrigin)
+	}
+	u, err := url.Parse(c.endpoint + path)
+	if err != nil {
+		return "", fmt.Errorf("BMC path %q: %w", path, err)
+	}
+	if !c.sameOrigin(u) {
+		return "", fmt.Errorf("BMC path %q: %w: %s://%s", path, ErrOffOrigin, u.Scheme, u.Host)
+	}
+	return u.String(), nil
+}
+
+// sameOrigin reports whether u is on the endpoint's scheme, host and port
+// with the endpoint's user info (normally none).
+func (c *Client) sameOrigin(u *url.URL) bool {
+	return u.Scheme == c.origin.Scheme && u.Host == c.origin.Host && u.User.String() == c.origin.User.String()
+}
+
+// checkRedirect refuses a redirect off the BMC's origin: Go's client keeps
+// custom headers such as X-Auth-Token on cross-host redirects. Redirects on
+// the origin are followed as next (or Go's default) allows.
+func (c *Client) checkRedirect(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if !c.sameOrigin(req.URL) {
+			return fmt.Errorf("redirect to %s://%s: %w", req.URL.Scheme, req.URL.Host, ErrOffOrigin)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
+}
+
 func (c *Client) send(ctx context.Context, method, path string, body any, header map[string]string, wrote *atomic.Bool) (*http.Response, error) {
+	target, err := c.resolve(path)
+	if err != nil {
+		return nil, err
+	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -885,7 +928,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any, header
 	if wrote != nil {
 		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteHeaderField: func(string, []string) { wrote.Store(true) }})
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.endpoint+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return nil, err
 	}
@@ -994,7 +1037,8 @@ func statusOf(err error) int {
 func retryable(err error) bool {
 	switch s := statusOf(err); {
 	case s == 0:
-		return !errors.Is(err, context.Canceled)
+		// Off the origin stays off: asking again changes nothing.
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrOffOrigin)
 	case s >= 500, s == http.StatusConflict, s == http.StatusPreconditionFailed, s == http.StatusPreconditionRequired, s == http.StatusTooManyRequests:
 		return true
 	}
