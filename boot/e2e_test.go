@@ -151,6 +151,7 @@ func newRig(t testing.TB, img *fakeImage, opts redfishemu.Options) *rig {
 		if r.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: img.Ref.Context()}, filepath.Join(t.TempDir(), "cache"), as.URL); err != nil {
 			t.Fatal(err)
 		}
+		r.artURL = r.art.BootURL(r.bmcURL) // plans carry this boot's token (FetchEvidence)
 	}
 	return r
 }

@@ -45,6 +45,7 @@ var errNotRegular = errors.New("not a regular file")
 // a symlink, so a swapped path cannot redirect it.
 type blobCache struct {
 	dir  string
+	top  *os.File // <dir>, O_DIRECTORY|O_NOFOLLOW
 	blob *os.File // <dir>/sha256, O_DIRECTORY|O_NOFOLLOW
 }
 
@@ -59,15 +60,92 @@ func openCache(dir string) (*blobCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer top.Close()
 	if err := unix.Mkdirat(int(top.Fd()), "sha256", 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		top.Close()
 		return nil, fmt.Errorf("%w %s: creating sha256: %w", errCache, dir, err)
 	}
 	blob, err := openPrivateDir(int(top.Fd()), "sha256", filepath.Join(dir, "sha256"))
 	if err != nil {
+		top.Close()
 		return nil, err
 	}
-	return &blobCache{dir: dir, blob: blob}, nil
+	return &blobCache{dir: dir, top: top, blob: blob}, nil
+}
+
+// bootKeyFile holds the key boot tokens are made with (see Server.BootURL).
+const (
+	bootKeyFile = "boot-token.key"
+	bootKeySize = 32
+)
+
+// bootKey returns the cache directory's boot token key, creating it (0600,
+// random) on first use. It lives in the private directory, so only this
+// uid can read it, and it persists, so a restarted server makes the same
+// tokens.
+func (c *blobCache) bootKey() ([]byte, error) {
+	shown := filepath.Join(c.dir, bootKeyFile)
+	for range 2 {
+		fd, err := unix.Openat(int(c.top.Fd()), bootKeyFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err == nil {
+			f := os.NewFile(uintptr(fd), shown)
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", errCache, shown, err)
+			}
+			if !fi.Mode().IsRegular() || fi.Size() != bootKeySize {
+				return nil, fmt.Errorf("%w: %s: not a %d-byte regular file; remove it", errCache, shown, bootKeySize)
+			}
+			key := make([]byte, bootKeySize)
+			if _, err := io.ReadFull(f, key); err != nil {
+				return nil, fmt.Errorf("%w: reading %s: %w", errCache, shown, err)
+			}
+			return key, nil
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%w: %w", errCache, &fs.PathError{Op: "open", Path: shown, Err: err})
+		}
+		if err := c.createBootKey(shown); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		// Created here or by a concurrent server: read it.
+	}
+	return nil, fmt.Errorf("%w: %s keeps disappearing", errCache, shown)
+}
+
+// createBootKey writes a new random key aside and links it into place, so
+// no reader sees a partial key; fs.ErrExist when another server was first.
+func (c *blobCache) createBootKey(shown string) error {
+	key := make([]byte, bootKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := ".key-" + hex.EncodeToString(rnd[:])
+	fd, err := unix.Openat(int(c.top.Fd()), tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: creating %s: %w", errCache, shown, err)
+	}
+	defer unix.Unlinkat(int(c.top.Fd()), tmp, 0)
+	f := os.NewFile(uintptr(fd), shown)
+	_, err = f.Write(key)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%w: writing %s: %w", errCache, shown, err)
+	}
+	if err := unix.Linkat(int(c.top.Fd()), tmp, int(c.top.Fd()), bootKeyFile, 0); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return fs.ErrExist
+		}
+		return fmt.Errorf("%w: creating %s: %w", errCache, shown, err)
+	}
+	return nil
 }
 
 func openPrivateDir(at int, name, shown string) (*os.File, error) {
@@ -165,3 +243,9 @@ func (c *blobCache) commit(tmpName, hexDigest string) error {
 }
 
 func (c *blobCache) remove(name string) { _ = unix.Unlinkat(int(c.blob.Fd()), name, 0) }
+
+// close releases the directory handles.
+func (c *blobCache) close() {
+	c.blob.Close()
+	c.top.Close()
+}

@@ -539,7 +539,8 @@ func FuzzServePath(f *testing.F) {
 		f.Fatal(err)
 	}
 	for _, seed := range []string{"/blobs/" + sum.String() + "/uki.efi", "/ipxe/a.ipxe", "/blobs/sha256:../../etc/passwd/x",
-		"/blobs/" + sum.String() + "/../uki.efi", "/blobs//", "/ipxe/", "/%2e%2e/", "/blobs/sha512:00/x"} {
+		"/blobs/" + sum.String() + "/../uki.efi", "/blobs//", "/ipxe/", "/%2e%2e/", "/blobs/sha512:00/x",
+		strings.TrimPrefix(srv.BootURL("m"), "http://x") + "/blobs/" + sum.String() + "/uki.efi", "/boot/zz/ipxe/a.ipxe", "/boot//blobs/"} {
 		f.Add(seed, "")
 		f.Add(seed, "bytes=0-3")
 	}
@@ -557,7 +558,11 @@ func FuzzServePath(f *testing.F) {
 		if rec.Code/100 != 2 {
 			return
 		}
-		switch strings.TrimPrefix(p, "/") { // the server reads the path without its leading slash
+		rest := strings.TrimPrefix(p, "/") // the server reads the path without its leading slash
+		if parts := strings.SplitN(rest, "/", 3); len(parts) == 3 && parts[0] == bootPrefix && validBootToken(parts[1]) {
+			rest = parts[2] // a boot's URLs are served like any
+		}
+		switch rest {
 		case "blobs/" + sum.String() + "/uki.efi", "ipxe/a.ipxe":
 		default:
 			t.Fatalf("served %d for unpublished path %q", rec.Code, p)

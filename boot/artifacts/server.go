@@ -8,6 +8,7 @@ package artifacts
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,9 +20,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -109,12 +112,13 @@ type Server struct {
 	timeouts  timeouts
 
 	mu        sync.Mutex
-	published map[string]int64  // "<digest>/<name>" published -> declared size
-	scripts   map[string]string // script name -> content
-	inflight  map[string]*fetch // digest -> running fetch
-	verified  map[string]int64  // digests whose cached bytes were hashed in this process -> size
-	served    map[string]bool   // URL paths served completely by GET
-	servedCh  chan struct{}     // closed and replaced whenever served grows
+	published map[string]int64        // "<digest>/<name>" published -> declared size
+	scripts   map[string]string       // script name -> content
+	inflight  map[string]*fetch       // digest -> running fetch
+	verified  map[string]int64        // digests whose cached bytes were hashed in this process -> size
+	served    map[string][]netip.Addr // URL paths served completely by GET -> client addresses
+	bootKey   []byte                  // makes boot tokens (BootURL)
+	servedCh  chan struct{}           // closed and replaced whenever served grows
 }
 
 type fetch struct {
@@ -158,9 +162,72 @@ func NewServer(source Source, cacheDir, advertiseURL string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, err := cache.bootKey()
+	if err != nil {
+		return nil, err
+	}
 	return &Server{source: source, cache: cache, advertise: strings.TrimSuffix(advertiseURL, "/"), timeouts: defaultTimeouts,
 		published: map[string]int64{}, scripts: map[string]string{}, inflight: map[string]*fetch{}, verified: map[string]int64{},
-		served: map[string]bool{}, servedCh: make(chan struct{})}, nil
+		served: map[string][]netip.Addr{}, servedCh: make(chan struct{}), bootKey: key}, nil
+}
+
+// Boot tokens bind boot evidence to one boot: a plan resolved with
+// ArtifactBaseURL = BootURL(id) has every URL under /boot/<token>/, and
+// FetchEvidence counts only a GET of that exact URL, which only a client
+// that got it from this boot's plan (override, iPXE script, media) knows.
+// The token is an HMAC of the boot's id under a key kept in the private
+// cache directory: nobody else can make one, and a restarted server makes
+// the same one (a resumed plan keeps its digest and its URLs).
+const (
+	bootPrefix   = "boot"
+	bootTokenLen = 32 // hex digits: 128 bits
+)
+
+// BootURL is the base URL for the plan of one boot: the advertised URL
+// plus /boot/<token>, the token made from bootID (e.g. the BMC's URL and
+// the image reference).
+func (s *Server) BootURL(bootID string) string {
+	return s.advertise + "/" + bootPrefix + "/" + bootToken(s.bootKey, bootID)
+}
+
+// BootURL is Server.BootURL before the server exists (a plan is resolved
+// before the artifact server is started): the token is made with the key
+// in cacheDir (default DefaultCacheDir), the one the server will use.
+func BootURL(advertiseURL, cacheDir, bootID string) (string, error) {
+	if cacheDir == "" {
+		var err error
+		if cacheDir, err = DefaultCacheDir(); err != nil {
+			return "", fmt.Errorf("%w: %w", errCache, err)
+		}
+	}
+	c, err := openCache(cacheDir)
+	if err != nil {
+		return "", err
+	}
+	defer c.close()
+	key, err := c.bootKey()
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(advertiseURL, "/") + "/" + bootPrefix + "/" + bootToken(key, bootID), nil
+}
+
+func bootToken(key []byte, bootID string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("os-builder boot token\x00" + bootID))
+	return hex.EncodeToString(m.Sum(nil))[:bootTokenLen]
+}
+
+func validBootToken(t string) bool {
+	if len(t) != bootTokenLen {
+		return false
+	}
+	for _, c := range t {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -363,7 +430,8 @@ func ContentType(name string) string {
 	return "application/octet-stream"
 }
 
-// ServeHTTP serves GET/HEAD /blobs/<digest>/<name> and /ipxe/<name>.
+// ServeHTTP serves GET/HEAD /blobs/<digest>/<name> and /ipxe/<name>, also
+// under /boot/<token>/ (see BootURL).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -371,6 +439,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if parts[0] == bootPrefix {
+		if len(parts) < 2 || !validBootToken(parts[1]) {
+			http.NotFound(w, r)
+			return
+		}
+		// Served like any client's GET; only evidence looks at the token.
+		parts = parts[2:]
+	}
 	switch {
 	case len(parts) == 3 && parts[0] == "blobs":
 		s.serveBlob(w, r, parts[1], parts[2])
@@ -483,25 +559,36 @@ func (w *stallWriter) ReadFrom(src io.Reader) (int64, error) {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// markServed records a whole-file GET: the evidence that a machine is
-// fetching its boot artifact.
+// markServed records a whole-file GET and who made it: the evidence that
+// a machine is fetching its boot artifact.
 func (s *Server) markServed(r *http.Request) {
 	if r.Method != http.MethodGet || r.Header.Get("Range") != "" || r.Context().Err() != nil {
 		return
 	}
+	var from netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		from = ap.Addr().Unmap()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.served[r.URL.Path] {
-		s.served[r.URL.Path] = true
+	if !slices.Contains(s.served[r.URL.Path], from) {
+		s.served[r.URL.Path] = append(s.served[r.URL.Path], from)
 		close(s.servedCh)
 		s.servedCh = make(chan struct{})
 	}
 }
 
+// ErrNoBootToken means a plan's URLs carry no boot token: any client's GET
+// of them would pass for the machine's (see BootURL).
+var ErrNoBootToken = errors.New("the plan's artifact URLs carry no boot token (resolve it with ArtifactBaseURL from artifacts.Server.BootURL)")
+
 // FetchEvidence is a boot.EvidenceFunc: the boot counts as seen once the
-// machine has fetched the plan's first boot file (UKI, iPXE script, ISO).
-// Disk boots and policy None fetch nothing, so they pass at once.
-func (s *Server) FetchEvidence() boot.EvidenceFunc {
+// machine has fetched the plan's first boot file (UKI, iPXE script, ISO)
+// by its URL, boot token included; with from, only a GET from one of
+// these addresses counts (where the machine's address is known). A plan
+// without a boot token is refused (ErrNoBootToken). Disk boots and policy
+// None fetch nothing, so they pass at once.
+func (s *Server) FetchEvidence(from ...netip.Addr) boot.EvidenceFunc {
 	return func(ctx context.Context, p *boot.Plan) error {
 		want := firstBootFile(p)
 		if want == "" {
@@ -515,9 +602,20 @@ func (s *Server) FetchEvidence() boot.EvidenceFunc {
 			// The advertised URL may carry a prefix a proxy strips.
 			u.Path = "/" + strings.TrimPrefix(strings.TrimPrefix(u.Path, base.Path), "/")
 		}
+		if parts := strings.SplitN(strings.TrimPrefix(u.Path, "/"), "/", 3); len(parts) < 3 || parts[0] != bootPrefix || !validBootToken(parts[1]) {
+			return fmt.Errorf("boot evidence for %s: %w", want, ErrNoBootToken)
+		}
+		counts := func(addrs []netip.Addr) bool {
+			if len(from) == 0 {
+				return len(addrs) > 0
+			}
+			return slices.ContainsFunc(addrs, func(a netip.Addr) bool {
+				return slices.ContainsFunc(from, func(f netip.Addr) bool { return f.Unmap() == a })
+			})
+		}
 		for {
 			s.mu.Lock()
-			ok, ch := s.served[u.Path], s.servedCh
+			ok, ch := counts(s.served[u.Path]), s.servedCh
 			s.mu.Unlock()
 			if ok {
 				return nil

@@ -268,6 +268,13 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 		if err != nil && network {
 			return nil, nil, err
 		}
+		if base != "" {
+			// This boot's URLs carry its token: only a client that got
+			// them from the plan counts as the machine (FetchEvidence).
+			if base, err = artifacts.BootURL(base, o.cacheDir, o.bmc+"\x00"+ref.String()); err != nil {
+				return nil, nil, err
+			}
+		}
 		// Auto on a disk-default image may still pick a network method
 		// on a BMC without Hdd: then the URL is needed, if there is one.
 		req.ArtifactBaseURL = base

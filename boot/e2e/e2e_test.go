@@ -91,6 +91,7 @@ func newEnv(t *testing.T) *env {
 	if e.art, err = artifacts.NewServer(artifacts.RegistrySource{Repo: e.ref.Context()}, filepath.Join(t.TempDir(), "cache"), e.artURL); err != nil {
 		t.Fatal(err)
 	}
+	e.artURL = e.art.BootURL("qemu") // plans carry this boot's token (FetchEvidence)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
 		e.requests = append(e.requests, r.Method+" "+r.URL.Path)
