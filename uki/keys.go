@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -98,12 +99,21 @@ func writeNew(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
+// AllowInsecureKeyModeEnv, set to 1, lets LoadSigner use a private key
+// file that group or others may access (a key mounted from a Kubernetes
+// secret with the default mode 0644, say). Without it such a key is
+// refused, as ssh refuses one.
+const AllowInsecureKeyModeEnv = "OSB_ALLOW_INSECURE_KEY_MODE"
+
 // LoadSigner reads a PEM private key (PKCS#8, PKCS#1 or SEC 1) and a PEM or
-// DER certificate, and checks that they belong together.
+// DER certificate, and checks that they belong together. A key file with
+// any group or other permission bit is refused unless
+// OSB_ALLOW_INSECURE_KEY_MODE=1: whoever can read it can sign for the
+// machines that trust its certificate, whoever can write it can swap it.
 func LoadSigner(keyPath, certPath string) (crypto.Signer, *x509.Certificate, error) {
-	keyPEM, err := os.ReadFile(keyPath)
+	keyPEM, err := readPrivateKeyFile(keyPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("uki: loading key: %w", err)
+		return nil, nil, err
 	}
 	key, err := parsePrivateKey(keyPEM)
 	if err != nil {
@@ -128,6 +138,34 @@ func LoadSigner(keyPath, certPath string) (crypto.Signer, *x509.Certificate, err
 		return nil, nil, fmt.Errorf("uki: certificate %s does not match key %s", certPath, keyPath)
 	}
 	return key, cert, nil
+}
+
+// maxKeyFile bounds what is read of a key file: PEM keys are KiBs.
+const maxKeyFile = 1 << 20
+
+// readPrivateKeyFile reads a key file after checking, on the opened file,
+// that only its owner may access it.
+func readPrivateKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("uki: loading key: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("uki: loading key: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 && os.Getenv(AllowInsecureKeyModeEnv) != "1" {
+		return nil, fmt.Errorf("uki: private key %s has mode %#o: group or others may access it; chmod 600 it (or set %s=1 to use it anyway)", path, perm, AllowInsecureKeyModeEnv)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("uki: loading key %s: %w", path, err)
+	}
+	if len(b) > maxKeyFile {
+		return nil, fmt.Errorf("uki: loading key %s: larger than %d bytes", path, maxKeyFile)
+	}
+	return b, nil
 }
 
 func parsePrivateKey(data []byte) (crypto.Signer, error) {
