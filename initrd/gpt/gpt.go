@@ -122,27 +122,51 @@ func (p *Partition) ByteRange(sectorSize int) (int64, int64) {
 var ErrNoGPT = errors.New("no GPT")
 
 // Read reads the table of a disk of size bytes: the primary, or the
-// backup at the end when the primary is damaged.
+// backup at the end when the primary is damaged. Whoever decides whether a
+// disk is still what its table says must not take the backup's word alone
+// (a disk overwritten from the start keeps it): see ReadPrimary and
+// ReadBackup.
 func Read(r io.ReaderAt, sectorSize int, size int64) (*Table, error) {
+	t, err := ReadPrimary(r, sectorSize, size)
+	if err == nil {
+		return t, nil
+	}
+	if t, berr := ReadBackup(r, sectorSize, size); berr == nil {
+		return t, nil
+	}
+	return nil, err
+}
+
+// ReadPrimary reads the primary table, at LBA 1, of a disk of size bytes;
+// ErrNoGPT when there is no GPT signature there.
+func ReadPrimary(r io.ReaderAt, sectorSize int, size int64) (*Table, error) {
 	if size < 2*int64(sectorSize) {
 		return nil, ErrNoGPT // too small to hold a header at LBA 1
 	}
-	t, err := ReadAt(r, sectorSize, 1)
-	if err == nil {
-		err = t.checkFits(size)
-	}
-	if err == nil {
-		return t, nil
-	}
-	primaryErr := err
+	return readFitting(r, sectorSize, 1, size)
+}
+
+// ReadBackup reads the backup table, at the last LBA, of a disk of size
+// bytes; ErrNoGPT when there is no GPT signature there.
+func ReadBackup(r io.ReaderAt, sectorSize int, size int64) (*Table, error) {
 	sectors := size / int64(max(sectorSize, 1))
 	if sectors < 3 {
-		return nil, primaryErr
+		return nil, ErrNoGPT // no room for a backup apart from the primary
 	}
-	if t, err := ReadAt(r, sectorSize, uint64(sectors-1)); err == nil && t.checkFits(size) == nil {
-		return t, nil
+	return readFitting(r, sectorSize, uint64(sectors-1), size)
+}
+
+// readFitting is ReadAt for a disk of size bytes: every partition must lie
+// on it.
+func readFitting(r io.ReaderAt, sectorSize int, lba uint64, size int64) (*Table, error) {
+	t, err := ReadAt(r, sectorSize, lba)
+	if err != nil {
+		return nil, err
 	}
-	return nil, primaryErr
+	if err := t.checkFits(size); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // checkFits says whether every partition lies on a disk of size bytes.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,55 @@ func TestReadDiskImage(t *testing.T) {
 		t.Errorf("backup: %v %+v", err, tb2)
 	}
 }
+
+// TestReadPrimaryAndBackup: each copy is read on its own, so a caller can
+// tell a disk whose primary is gone from one with both (Read falls back to
+// the backup and cannot).
+func TestReadPrimaryAndBackup(t *testing.T) {
+	const size = 8 << 20
+	whole := make([]byte, size)
+	gpttest.WriteTable(t, sliceWriter(whole), gpttest.Installed(512, size), size)
+	noPrimary := append([]byte(nil), whole...)
+	copy(noPrimary[512:1024], make([]byte, 512))
+	damaged := append([]byte(nil), whole...)
+	damaged[512+40] ^= 1
+	noBackup := append([]byte(nil), whole...)
+	copy(noBackup[size-512:], make([]byte, 512))
+	for _, tc := range []struct {
+		name                      string
+		disk                      []byte
+		primary, backup, fallback string // "" for a table, else the error
+	}{
+		{"both", whole, "", "", ""},
+		{"primary header zeroed", noPrimary, "no GPT", "", ""},
+		{"primary damaged", damaged, "bad checksum", "", ""},
+		{"backup header zeroed", noBackup, "", "no GPT", ""},
+		{"blank", make([]byte, size), "no GPT", "no GPT", "no GPT"},
+		{"one sector", make([]byte, 512), "no GPT", "no GPT", "no GPT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := bytes.NewReader(tc.disk)
+			for _, c := range []struct {
+				what string
+				read func(io.ReaderAt, int, int64) (*gpt.Table, error)
+				want string
+			}{{"primary", gpt.ReadPrimary, tc.primary}, {"backup", gpt.ReadBackup, tc.backup}, {"Read", gpt.Read, tc.fallback}} {
+				tb, err := c.read(r, 512, int64(len(tc.disk)))
+				switch {
+				case c.want == "" && (err != nil || len(tb.Partitions) != 3):
+					t.Errorf("%s: %v", c.what, err)
+				case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+					t.Errorf("%s: err = %v, want %q", c.what, err, c.want)
+				}
+			}
+		})
+	}
+}
+
+// sliceWriter writes into a byte slice.
+type sliceWriter []byte
+
+func (w sliceWriter) WriteAt(p []byte, off int64) (int, error) { return copy(w[off:], p), nil }
 
 // TestEncodeReadByGoDiskfs checks our tables with an independent reader.
 func TestEncodeReadByGoDiskfs(t *testing.T) {

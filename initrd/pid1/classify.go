@@ -29,38 +29,70 @@ func (k diskKind) String() string {
 	return [...]string{"blank", "an os-builder disk", "foreign"}[k]
 }
 
-// classifyDisk looks at a disk's partition table, or without one at the
-// signatures at both ends (signatures.go), and says what it holds; for
-// diskForeign the reason says why. A valid GPT decides alone: content at
-// the end of the disk then lies in a partition (osb-data runs to the end)
-// and may be anything, a stale md superblock included.
+// classifyDisk says what a disk holds and, for diskForeign, why. The
+// signatures come first: a tool that writes its header at the start of a
+// disk (cryptsetup, mkswap, mkfs) leaves an older GPT's backup at the end,
+// often its primary header too, so no GPT is trusted over a known
+// signature in the first MiB (issue 22, finding 1). Then:
+//   - a valid primary GPT decides on its partitions' names. Content at the
+//     end of the disk lies in a partition (osb-data runs to the end) and
+//     may be anything, a stale md superblock included;
+//   - a damaged primary is foreign, whatever the backup says;
+//   - without a primary, the backup counts only if the first MiB is all
+//     zeros: someone cleared the start and wrote nothing there since;
+//   - without either, the signatures at both ends and any non-zero byte
+//     in the first MiB make the disk foreign (signatures.go).
 func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gpt.Table, string, error) {
-	t, err := gpt.Read(r, sectorSize, size)
-	if err == nil {
-		var foreign []string
-		for _, p := range t.Partitions {
-			if !strings.HasPrefix(p.Name, "osb-") {
-				foreign = append(foreign, fmt.Sprintf("%d:%q", p.Index, p.Name))
-			}
-		}
-		if len(foreign) > 0 {
-			return diskForeign, t, "its GPT has partitions not made by os-builder: " + strings.Join(foreign, " "), nil
-		}
-		return diskOurs, t, "", nil
-	}
-	if !errors.Is(err, gpt.ErrNoGPT) {
-		return diskForeign, nil, "it has a damaged GPT (" + err.Error() + ")", nil
-	}
 	d, err := newDiskProbe(r, size)
 	if err != nil {
 		return 0, nil, "", err
 	}
-	reason := foreignContent(d)
+	found := signaturesOn(d)
 	if d.err != nil {
 		return 0, nil, "", fmt.Errorf("read the disk's signatures: %w", d.err)
 	}
-	if reason != "" {
-		return diskForeign, nil, reason, nil
+	primary, perr := gpt.ReadPrimary(r, sectorSize, size)
+	backup, berr := gpt.ReadBackup(r, sectorSize, size)
+	if errors.Is(perr, gpt.ErrNoGPT) && berr != nil {
+		if reason := foreignContent(d, found); reason != "" {
+			return diskForeign, nil, reason, nil
+		}
+		return diskBlank, nil, "", nil
 	}
-	return diskBlank, nil, "", nil
+	if over := overwrittenStart(found); len(over) > 0 {
+		what := "a GPT"
+		switch {
+		case perr == nil:
+		case errors.Is(perr, gpt.ErrNoGPT):
+			what = "the backup GPT at the end of the disk"
+		default:
+			what = "a damaged GPT (" + perr.Error() + ")"
+		}
+		return diskForeign, nil, fmt.Sprintf("%s in its first MiB, next to %s: the start of the disk was written after its table", holds(over), what), nil
+	}
+	switch {
+	case perr == nil:
+		return byPartitionNames(primary)
+	case !errors.Is(perr, gpt.ErrNoGPT):
+		return diskForeign, nil, "it has a damaged GPT (" + perr.Error() + ")", nil
+	}
+	if i := firstNonZero(d.head); i >= 0 {
+		return diskForeign, nil, fmt.Sprintf("it has no primary GPT, only the backup GPT at the end of the disk, and its first MiB is not blank (non-zero byte at %d): the start was written after the table", i), nil
+	}
+	return byPartitionNames(backup)
+}
+
+// byPartitionNames calls a disk with a valid GPT ours when every partition
+// has an osb- name.
+func byPartitionNames(t *gpt.Table) (diskKind, *gpt.Table, string, error) {
+	var foreign []string
+	for _, p := range t.Partitions {
+		if !strings.HasPrefix(p.Name, "osb-") {
+			foreign = append(foreign, fmt.Sprintf("%d:%q", p.Index, p.Name))
+		}
+	}
+	if len(foreign) > 0 {
+		return diskForeign, t, "its GPT has partitions not made by os-builder: " + strings.Join(foreign, " "), nil
+	}
+	return diskOurs, t, "", nil
 }

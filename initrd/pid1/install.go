@@ -22,9 +22,10 @@ import (
 //     image's GPT; once it is in, the plan is checked (the image's osb-esp
 //     and osb-root must fit the disk, and end before a preserved osb-data
 //     partition) before anything is written;
-//  3. "invalidate": write a GPT holding only the preserved osb-data
-//     partition (or none), so an interrupted install leaves a disk that
-//     does not boot and that the next installer run recognises as its own;
+//  3. "invalidate": zero the first MiB outside the GPT, then write a GPT
+//     holding only the preserved osb-data partition (or none), so an
+//     interrupted install leaves a disk that does not boot and that the
+//     next installer run recognises as its own;
 //  4. write the bytes of the ESP and root partition ranges, nothing else;
 //  5. after the digest matched: sync, write the final GPT (the image's
 //     partitions plus the preserved osb-data entry) backup first, primary
@@ -127,6 +128,28 @@ func writeTable(f *os.File, t *gpt.Table, size int64, commit bool) error {
 	return nil
 }
 
+// clearStart zeroes the disk from the end of t's primary copy to its first
+// partition or the end of the first MiB, whichever comes first: a foreign
+// disk overwritten with osb.install.wipe=1 may keep a signature there (a
+// btrfs superblock at 64 KiB), and classifyDisk trusts no GPT over one.
+func clearStart(f *os.File, t *gpt.Table, size int64) error {
+	primary, _, _, err := t.Encode(size)
+	if err != nil {
+		return err
+	}
+	end := int64(probeWindow)
+	for _, p := range t.Partitions {
+		start, _ := p.ByteRange(t.SectorSize)
+		end = min(end, start)
+	}
+	if off := int64(len(primary)); end > off {
+		if _, err := f.WriteAt(make([]byte, end-off), off); err != nil {
+			return fmt.Errorf("clear bytes %d-%d of %s: %w", off, end, f.Name(), err)
+		}
+	}
+	return nil
+}
+
 // installSink receives the image stream and writes the planned ranges.
 type installSink struct {
 	disk       *os.File
@@ -194,7 +217,11 @@ func (s *installSink) makePlan() error {
 	if err != nil {
 		return fmt.Errorf("%w; nothing was written", err)
 	}
+	if err := clearStart(s.disk, p.table, s.size); err != nil {
+		return err
+	}
 	// Step 3: from here on the disk does not boot until the final table.
+	// Its sync covers clearStart's write too.
 	if err := writeTable(s.disk, p.interim, s.size, false); err != nil {
 		return err
 	}

@@ -65,13 +65,23 @@ func newDisk(t *testing.T, size int64) *os.File {
 // sizes, stopping after stopAfter bytes if >= 0 (a killed VM).
 func install(t *testing.T, disk *os.File, img []byte, stopAfter int) (*installSink, error) {
 	t.Helper()
+	return installWipe(t, disk, img, stopAfter, false)
+}
+
+// installWipe is install with osb.install.wipe=1 when wipe: a foreign disk
+// is overwritten, its data partition not kept.
+func installWipe(t *testing.T, disk *os.File, img []byte, stopAfter int, wipe bool) (*installSink, error) {
+	t.Helper()
 	size, _ := disk.Seek(0, io.SeekEnd)
 	kind, tb, reason, err := classifyDisk(disk, 512, size)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := admitTarget(disk.Name(), kind, reason, wipe); err != nil {
+		t.Fatal(err)
+	}
 	if kind == diskForeign {
-		t.Fatalf("foreign: %s", reason)
+		tb = nil
 	}
 	var keep *gpt.Partition
 	if tb != nil {
@@ -167,6 +177,38 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 	}
 	if sha256.Sum256(partBytes(t, disk, size, partLabelRoot)) != sha256.Sum256(partBytes(t, bytes.NewReader(img), int64(len(img)), partLabelRoot)) {
 		t.Error("root differs after reinstall")
+	}
+}
+
+// TestInstallClearsTheStartOfAForeignDisk installs with
+// osb.install.wipe=1 over a disk whose first MiB holds signatures where
+// the GPT does not write (a LUKS2 secondary header at 32 KiB, a btrfs
+// superblock at 64 KiB): the installer's own disk, interrupted or
+// complete, must be ours on the next run, not refused for what was there
+// before. classifyDisk trusts no GPT over a signature in the first MiB;
+// before the installer zeroed it, the leftovers made its disk foreign.
+func TestInstallClearsTheStartOfAForeignDisk(t *testing.T) {
+	img := testImage(t, 2<<20)
+	const size = 256 << 20
+	for _, tc := range []struct {
+		name      string
+		stopAfter int
+	}{
+		{"interrupted after the interim table", 3 << 20},
+		{"complete", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk := sparseDisk(t, size, map[int64][]byte{32 << 10: []byte("SKUL\xba\xbe\x00\x02"), 65536 + 64: []byte("_BHRfS_M")})
+			if kind, _, _, _ := classifyDisk(disk, 512, size); kind != diskForeign {
+				t.Fatalf("before: %v", kind)
+			}
+			if _, err := installWipe(t, disk, img, tc.stopAfter, true); err != nil {
+				t.Fatal(err)
+			}
+			if kind, _, reason, err := classifyDisk(disk, 512, size); err != nil || kind != diskOurs {
+				t.Fatalf("after: %v (%s), %v", kind, reason, err)
+			}
+		})
 	}
 }
 

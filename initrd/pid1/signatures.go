@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// What a disk without a GPT holds: the signatures of volume managers,
+// What a disk holds besides a GPT: the signatures of volume managers,
 // encryption, caches, RAID and file systems that use a whole disk, at their
 // on-disk offsets. The layouts are those util-linux's libblkid probes
 // (libblkid/src/superblocks/*.c) read, and the formats' own specifications
@@ -96,6 +96,19 @@ type diskSignature struct {
 	what  string
 	probe func(d *diskProbe) (off int64, ok bool)
 }
+
+// protectiveMBR is the one signature a GPT disk holds itself.
+const protectiveMBR = "a GPT's protective MBR"
+
+// foundSignature is a signature found on a disk, at byte off; gptOwn for
+// the protective MBR.
+type foundSignature struct {
+	what   string
+	off    int64
+	gptOwn bool
+}
+
+func (f foundSignature) String() string { return fmt.Sprintf("%s (at byte %d)", f.what, f.off) }
 
 // magicAt is a probe for a fixed magic at a fixed offset.
 func magicAt(off int64, magic string) func(*diskProbe) (int64, bool) {
@@ -185,8 +198,9 @@ func zfsLabels(d *diskProbe) (int64, bool) {
 	return 0, false
 }
 
-// wholeDiskSignatures are checked on disks without a GPT, in this order;
-// every match is reported.
+// wholeDiskSignatures are checked on every disk, in this order; every
+// match is reported. With a GPT only those in the first MiB count
+// (classifyDisk): the rest lie in its partitions.
 var wholeDiskSignatures = []diskSignature{
 	{"a LUKS1 encrypted volume", func(d *diskProbe) (int64, bool) { return 0, luksVersion(d, 0, "LUKS\xba\xbe", 1) }},
 	{"a LUKS2 encrypted volume", func(d *diskProbe) (int64, bool) { return 0, luksVersion(d, 0, "LUKS\xba\xbe", 2) }},
@@ -235,26 +249,82 @@ var wholeDiskSignatures = []diskSignature{
 	{"an ISO 9660 file system", magicAt(32769, "CD001")},
 	{"a squashfs file system", magicAt(0, "hsqs")},
 	{"an EROFS file system", magicAt(1024, "\xe2\xe1\xf5\xe0")},
-	{"an MBR partition table or boot sector (FAT, NTFS, ...)", magicAt(510, "\x55\xaa")},
+	// A protective MBR (UEFI spec 5.2.3) is the GPT's own: a partition of
+	// type 0xEE. Any other MBR is a partition table or boot sector.
+	{protectiveMBR, func(d *diskProbe) (int64, bool) { return 510, mbr(d, true) }},
+	{"an MBR partition table or boot sector (FAT, NTFS, ...)", func(d *diskProbe) (int64, bool) { return 510, mbr(d, false) }},
+}
+
+// mbr says whether d starts with an MBR (the 0x55 0xaa at byte 510) that
+// is, or is not, protective: one of its four entries has type 0xEE.
+func mbr(d *diskProbe, protective bool) bool {
+	if !d.has(510, "\x55\xaa") {
+		return false
+	}
+	b := d.at(446, 64)
+	if b == nil {
+		return false
+	}
+	ee := false
+	for i := 0; i < 4; i++ {
+		ee = ee || b[16*i+4] == 0xee
+	}
+	return ee == protective
+}
+
+// signaturesOn lists the known signatures on d, in the order of
+// wholeDiskSignatures.
+func signaturesOn(d *diskProbe) []foundSignature {
+	var found []foundSignature
+	for _, s := range wholeDiskSignatures {
+		if off, ok := s.probe(d); ok {
+			found = append(found, foundSignature{what: s.what, off: off, gptOwn: s.what == protectiveMBR})
+		}
+	}
+	return found
+}
+
+// overwrittenStart keeps the signatures of found that lie in the first
+// MiB and are not a GPT's own: on a disk with a GPT they say that
+// something was written over its start after the table.
+func overwrittenStart(found []foundSignature) []foundSignature {
+	var over []foundSignature
+	for _, f := range found {
+		if f.off < probeWindow && !f.gptOwn {
+			over = append(over, f)
+		}
+	}
+	return over
+}
+
+// holds says "it holds A (at byte N), B (at byte M)".
+func holds(found []foundSignature) string {
+	l := make([]string, len(found))
+	for i, f := range found {
+		l[i] = f.String()
+	}
+	return "it holds " + strings.Join(l, ", ")
+}
+
+// firstNonZero is the offset of the first non-zero byte of b, or -1.
+func firstNonZero(b []byte) int {
+	for i, c := range b {
+		if c != 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 // foreignContent names what a disk without a GPT holds: the known
 // signatures found, else the first non-zero byte of its first MiB; ""
 // for a blank disk.
-func foreignContent(d *diskProbe) string {
-	var found []string
-	for _, s := range wholeDiskSignatures {
-		if off, ok := s.probe(d); ok {
-			found = append(found, fmt.Sprintf("%s (at byte %d)", s.what, off))
-		}
-	}
+func foreignContent(d *diskProbe, found []foundSignature) string {
 	if len(found) > 0 {
-		return "it holds " + strings.Join(found, ", ")
+		return holds(found)
 	}
-	for i, c := range d.head {
-		if c != 0 {
-			return fmt.Sprintf("its first MiB is not blank (non-zero byte at %d) and holds no signature the installer knows", i)
-		}
+	if i := firstNonZero(d.head); i >= 0 {
+		return fmt.Sprintf("its first MiB is not blank (non-zero byte at %d) and holds no signature the installer knows", i)
 	}
 	return ""
 }

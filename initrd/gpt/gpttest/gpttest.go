@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -101,5 +102,53 @@ func HostileHeaders() []HostileHeader {
 		{"array over 1 MiB", both(put32(84, 4096), put32(80, 1024)), "1024 entries of 4096 bytes"},
 		{"no entries", put32(80, 0), "0 entries"},
 		{"entry array LBA overflows", put64(72, 1<<62), "out of range"},
+	}
+}
+
+// Installed is the table the installer leaves on a disk of size bytes with
+// sectors of ss bytes: osb-esp and osb-root, then osb-data up to the last
+// usable LBA, starting at 1 MiB when the disk has room for that (at the
+// first usable LBA on a small one). Nil when the disk cannot hold a GPT
+// with three partitions.
+func Installed(ss int, size int64) *gpt.Table {
+	entrySectors := int64((gpt.NumEntries*gpt.EntrySize + ss - 1) / ss)
+	sectors := size / int64(ss)
+	if ss <= 0 || sectors < 2*(2+entrySectors)+1+3 {
+		return nil
+	}
+	tb := &gpt.Table{SectorSize: ss, DiskGUID: gpt.MustGUID("0e5b0d1e-0000-4000-8000-000000000001")}
+	first, last := tb.Usable(size)
+	if start := uint64(1<<20) / uint64(ss); last > start && last-start >= 3*16 {
+		first = start
+	}
+	n := (last - first + 1) / 3
+	for i, name := range []string{"osb-esp", "osb-root", "osb-data"} {
+		typ := gpt.TypeLinuxVar
+		if i == 0 {
+			typ = gpt.TypeESP
+		}
+		p := gpt.Partition{Index: i + 1, Type: gpt.MustGUID(typ), FirstLBA: first + uint64(i)*n, LastLBA: first + uint64(i+1)*n - 1, Name: name}
+		p.GUID = tb.DiskGUID
+		p.GUID[15] = byte(i + 2)
+		if i == 2 {
+			p.LastLBA = last
+		}
+		tb.Partitions = append(tb.Partitions, p)
+	}
+	return tb
+}
+
+// WriteTable writes both copies of tb to w, a disk of size bytes.
+func WriteTable(t testing.TB, w io.WriterAt, tb *gpt.Table, size int64) {
+	t.Helper()
+	primary, backup, off, err := tb.Encode(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(primary, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(backup, off); err != nil {
+		t.Fatal(err)
 	}
 }
