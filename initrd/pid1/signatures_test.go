@@ -210,20 +210,117 @@ func pvcreate(t *testing.T, p string) {
 	}
 }
 
-// FuzzClassifyDisk classifies fuzzed bytes as a small disk: no panic, no
-// read outside the disk, and a reason for every foreign verdict.
+// headSignature is a signature anchored at the start of a disk, in the
+// form its format writes it (the specifications signatures.go cites; not
+// its probes): pieces of bytes at their offsets, on a disk of at least
+// need bytes.
+type headSignature struct {
+	what string
+	at   map[int64][]byte
+	need int64
+}
+
+// headSignatures are what FuzzClassifyDisk stamps and looks for: every
+// known signature that lies in the first MiB of any disk.
+func headSignatures() []headSignature {
+	sigs := []headSignature{
+		{what: "LUKS1", at: map[int64][]byte{0: []byte("LUKS\xba\xbe\x00\x01")}},
+		{what: "LUKS2", at: map[int64][]byte{0: []byte("LUKS\xba\xbe\x00\x02")}},
+		{what: "BlueStore", at: map[int64][]byte{0: []byte("bluestore block device")}},
+		{what: "bcache", at: map[int64][]byte{4096 + 24: []byte(bcacheMagic)}},
+		{what: "md 1.1", at: map[int64][]byte{0: md1(0)}},
+		{what: "md 1.2", at: map[int64][]byte{4096: md1(4096)}},
+		{what: "ext4", at: map[int64][]byte{1080: {0x53, 0xef}}},
+		{what: "XFS", at: map[int64][]byte{0: []byte("XFSB")}},
+		{what: "btrfs", at: map[int64][]byte{65536 + 64: []byte("_BHRfS_M")}},
+		{what: "swap", at: map[int64][]byte{4086: []byte("SWAPSPACE2")}},
+		{what: "ISO 9660", at: map[int64][]byte{32769: []byte("CD001")}},
+		{what: "squashfs", at: map[int64][]byte{0: []byte("hsqs")}},
+		{what: "EROFS", at: map[int64][]byte{1024: {0xe2, 0xe1, 0xf5, 0xe0}}},
+		// An MBR that is not a GPT's protective one: a Linux partition in
+		// entry 1, entries 2-4 empty.
+		{what: "MBR", at: map[int64][]byte{446: append(append([]byte{0, 0, 0, 0, 0x83}, make([]byte, 59)...), 0x55, 0xaa)}},
+	}
+	for off := int64(16 << 10); off < probeWindow; off *= 2 {
+		sigs = append(sigs, headSignature{what: "LUKS2 secondary", at: map[int64][]byte{off: []byte("SKUL\xba\xbe\x00\x02")}})
+	}
+	for s := int64(0); s < 4; s++ {
+		sigs = append(sigs, headSignature{what: "LVM2", at: map[int64][]byte{s * 512: []byte("LABELONE"), s*512 + 24: []byte("LVM2 001")}})
+	}
+	// ZFS: every uberblock slot of the two labels at the start, either
+	// byte order; a label counts when it lies wholly on the disk.
+	for _, label := range []int64{0, 256 << 10} {
+		for slot := label + 128<<10; slot < label+256<<10; slot += 1 << 10 {
+			for _, m := range [][]byte{binary.LittleEndian.AppendUint64(nil, 0x00bab10c), binary.BigEndian.AppendUint64(nil, 0x00bab10c)} {
+				sigs = append(sigs, headSignature{what: "ZFS", at: map[int64][]byte{slot: m}, need: label + 256<<10})
+			}
+		}
+	}
+	return sigs
+}
+
+// on says whether disk holds s.
+func (s headSignature) on(disk []byte) bool {
+	if int64(len(disk)) < s.need {
+		return false
+	}
+	for off, b := range s.at {
+		if off+int64(len(b)) > int64(len(disk)) || !bytes.Equal(disk[off:off+int64(len(b))], b) {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzClassifyDisk classifies fuzzed bytes as a small disk, optionally over
+// one or both copies of an os-builder GPT and with a known signature
+// stamped on: no panic, no read outside the disk, a reason for every
+// foreign verdict, and a disk holding a known signature in its first MiB
+// is never "ours" or "blank", whatever GPT copy is left (finding 1 of
+// issue 22: a backup GPT made a LUKS or swap disk "ours").
 func FuzzClassifyDisk(f *testing.F) {
-	f.Add([]byte("LUKS\xba\xbe\x00\x02"), int64(0), uint16(0))
-	f.Add(md1(4096), int64(4096), uint16(0))
-	f.Add([]byte(bcacheMagic), int64(4120), uint16(1))
-	f.Add(binary.LittleEndian.AppendUint64(nil, 0x00bab10c), int64(128<<10), uint16(3))
-	f.Fuzz(func(t *testing.T, b []byte, off int64, sizeKiB uint16) {
-		size := int64(sizeKiB)<<10 + int64(len(b))
+	sigs := headSignatures()
+	const none = 0xffff
+	f.Add([]byte("LUKS\xba\xbe\x00\x02"), int64(0), uint16(0), uint8(0), uint16(none))
+	f.Add(md1(4096), int64(4096), uint16(0), uint8(0), uint16(none))
+	f.Add([]byte(bcacheMagic), int64(4120), uint16(1), uint8(0), uint16(none))
+	f.Add(binary.LittleEndian.AppendUint64(nil, 0x00bab10c), int64(128<<10), uint16(3), uint8(0), uint16(none))
+	// An os-builder disk, whole, with its start overwritten and with only
+	// its backup GPT.
+	f.Add([]byte{}, int64(0), uint16(2048), uint8(3), uint16(none))
+	f.Add([]byte{}, int64(0), uint16(2048), uint8(2), uint16(none))
+	for i, s := range sigs {
+		if s.what != "ZFS" || i%97 == 0 {
+			f.Add([]byte{}, int64(0), uint16(2048), uint8(3), uint16(i))
+			f.Add([]byte("LUKS\xba\xbe\x00\x02"), int64(0), uint16(1024+i), uint8(2), uint16(i))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, off int64, sizeKiB uint16, layout uint8, sig uint16) {
+		size := int64(sizeKiB%(4<<10))<<10 + int64(len(b))
 		if off < 0 || off > size-int64(len(b)) {
 			off = 0
 		}
 		disk := make([]byte, size)
+		if tb := gpttest.Installed(512, size); tb != nil && layout&3 != 0 {
+			primary, backup, boff, err := tb.Encode(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if layout&1 != 0 {
+				copy(disk, primary)
+			}
+			if layout&2 != 0 {
+				copy(disk[boff:], backup)
+			}
+		}
 		copy(disk[off:], b)
+		if int(sig) < len(sigs) && sigs[sig].need <= size {
+			for o, p := range sigs[sig].at {
+				if o+int64(len(p)) <= size {
+					copy(disk[o:], p)
+				}
+			}
+		}
 		r := &gpttest.MaxReadAt{R: bytes.NewReader(disk)}
 		kind, _, reason, err := classifyDisk(r, 512, size)
 		if err != nil {
@@ -234,6 +331,14 @@ func FuzzClassifyDisk(f *testing.F) {
 		}
 		if r.Max > max(probeWindow, gpt.MaxEntryArray) {
 			t.Fatalf("read of %d bytes", r.Max)
+		}
+		if kind == diskForeign {
+			return
+		}
+		for _, s := range sigs {
+			if s.on(disk) {
+				t.Fatalf("a disk holding %s (%v) is %v", s.what, s.at, kind)
+			}
 		}
 	})
 }
