@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,12 +35,6 @@ const (
 	ExitBMC      = exitcode.Unavailable // the BMC (or the registry) failed or was unreachable
 	ExitTimeout  = exitcode.Timeout     // a wait ran out (media insertion, boot evidence, --timeout)
 )
-
-// usageError marks the caller's input as wrong (exit 2).
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
-func (e usageError) ExitCode() int { return exitcode.Usage }
 
 type options struct {
 	bmc, image, method, policy      string
@@ -156,6 +151,8 @@ func classify(err error) error {
 		return exitcode.MismatchError(err)
 	case errors.Is(err, boot.ErrTimeout):
 		return exitcode.TimeoutError(err)
+	case errors.Is(err, boot.ErrBMC):
+		return exitcode.UnavailableError(err)
 	}
 	return err
 }
@@ -174,19 +171,13 @@ func bmcError(err error) error {
 func (o *options) bounded(def time.Duration, run func(context.Context) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
 		if o.timeout < 0 {
-			return usageError{fmt.Errorf("--timeout %s is negative", o.timeout)}
+			return exitcode.UsageError(fmt.Errorf("--timeout %s is negative", o.timeout))
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), orDefault(o.timeout, def))
+		// cmp.Or: 0 is unset, and a negative --timeout was refused above.
+		ctx, cancel := context.WithTimeout(cmd.Context(), cmp.Or(o.timeout, def))
 		defer cancel()
 		return classify(run(ctx))
 	}
-}
-
-func orDefault(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 func (o *options) need(flags ...string) error {
@@ -199,7 +190,7 @@ func (o *options) need(flags ...string) error {
 			v = o.image
 		}
 		if v == "" {
-			return usageError{fmt.Errorf("--%s is required", f)}
+			return exitcode.UsageError(fmt.Errorf("--%s is required", f))
 		}
 	}
 	return nil
@@ -211,30 +202,22 @@ func (o *options) advertiseURL() (string, error) {
 	}
 	host, port, err := net.SplitHostPort(o.listen)
 	if err != nil {
-		return "", usageError{fmt.Errorf("--artifact-listen %q: %w", o.listen, err)}
+		return "", exitcode.UsageError(fmt.Errorf("--artifact-listen %q: %w", o.listen, err))
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		return "", usageError{errors.New("--artifact-advertise is required when --artifact-listen binds all addresses")}
+		return "", exitcode.UsageError(errors.New("--artifact-advertise is required when --artifact-listen binds all addresses"))
 	}
 	// A link-local address is only reachable with this host's zone
 	// (fe80::1%eth0), which means nothing to the machine.
 	if a, err := netip.ParseAddr(host); err == nil && (a.Zone() != "" || a.IsLinkLocalUnicast()) {
-		return "", usageError{fmt.Errorf("--artifact-advertise is required when --artifact-listen is link-local (%s): machines cannot use this host's zone", host)}
+		return "", exitcode.UsageError(fmt.Errorf("--artifact-advertise is required when --artifact-listen is link-local (%s): machines cannot use this host's zone", host))
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
 }
 
-// resolved is an image's identity and the request for it: enough to plan
-// once the BMC's capabilities are known.
-type resolved struct {
-	id  *osimage.BootIdentity
-	req boot.Request
-	ref name.Reference
-}
-
-// resolve reads the image and plans without the BMC: every image-side
-// mismatch surfaces here, before any BMC call.
-func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
+// session is the boot session the image flags describe; plan and boot add
+// the BMC. The image reference is also the artifact server's source.
+func (o *options) session() (*boot.Session, name.Reference, error) {
 	if err := o.need("image"); err != nil {
 		return nil, nil, err
 	}
@@ -244,70 +227,39 @@ func (o *options) resolve(ctx context.Context) (*boot.Plan, *resolved, error) {
 	}
 	ref, err := name.ParseReference(o.image, nopts...)
 	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--image: %w", err)}
+		return nil, nil, exitcode.UsageError(fmt.Errorf("--image: %w", err))
 	}
-	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
-	if err != nil {
-		// Unreachable or failing registries are not a mismatch: retrying may help.
-		return nil, nil, fmt.Errorf("fetching image %s: %w", ref, err)
-	}
-	id, err := osimage.ReadIdentity(img)
-	if err != nil {
-		if c := exitcode.Of(err); c == exitcode.Unavailable || c == exitcode.Timeout {
-			return nil, nil, fmt.Errorf("reading image %s: %w", ref, err)
-		}
-		return nil, nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, ref, err)
-	}
-	req := boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
-		Install: boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL}}
-	fetches := o.rootURL || req.Install.Mode == osimage.InstallDisk
-	auto := req.Method == "" || req.Method == boot.MethodAuto
-	network := req.Method != osimage.BootDisk && (!auto || id.Default != osimage.BootDisk || fetches)
-	if req.Policy != boot.None && req.Method != osimage.BootDisk {
-		base, err := o.advertiseURL()
-		if err != nil && network {
-			return nil, nil, err
-		}
-		if base != "" {
+	return &boot.Session{
+		Request: boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
+			Install: boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL}},
+		// The parsed ref, not Request.Image: it keeps --insecure-registry.
+		ReadIdentity: func(ctx context.Context, _ string) (*osimage.BootIdentity, error) {
+			return boot.RegistryIdentity(ctx, ref)
+		},
+		ArtifactBaseURL: func() (string, error) {
+			base, err := o.advertiseURL()
+			if err != nil {
+				return "", err
+			}
 			// This boot's URLs carry its token: only a client that got
 			// them from the plan counts as the machine (FetchEvidence).
-			if base, err = artifacts.BootURL(base, o.cacheDir, o.bmc+"\x00"+ref.String()); err != nil {
-				return nil, nil, err
-			}
-		}
-		// Auto on a disk-default image may still pick a network method
-		// on a BMC without Hdd: then the URL is needed, if there is one.
-		req.ArtifactBaseURL = base
-	}
-	p, err := boot.Resolve(id, req)
-	return p, &resolved{id: id, req: req, ref: ref}, err
-}
-
-// forBMC re-plans with what the BMC offers: auto chooses by it, a forced
-// method the BMC cannot do is refused, both before any artifact is fetched.
-func (o *options) forBMC(ctx context.Context, r *resolved, bmc boot.BMC) (*boot.Plan, error) {
-	caps, err := bmc.Capabilities(ctx)
-	if err != nil {
-		return nil, bmcError(err)
-	}
-	return boot.ResolveFor(r.id, r.req, &caps)
+			return artifacts.BootURL(base, o.cacheDir, o.bmc+"\x00"+ref.String())
+		},
+	}, ref, nil
 }
 
 func (o *options) plan(ctx context.Context) error {
-	p, r, err := o.resolve(ctx)
+	s, _, err := o.session()
 	if err != nil {
 		return err
 	}
 	if o.bmc != "" {
 		// With a BMC the plan is the one boot would run: read-only calls.
-		bmc, err := o.connect(ctx)
-		if err != nil {
-			return err
-		}
-		defer bmc.Close()
-		if p, err = o.forBMC(ctx, r, bmc); err != nil {
-			return err
-		}
+		s.Connect = o.connectBMC
+	}
+	p, err := s.Plan(ctx)
+	if err != nil {
+		return err
 	}
 	if o.jsonOut {
 		return icli.WriteJSON(o.stdout, p)
@@ -327,11 +279,11 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 		creds, err = redfish.CredentialsFromEnv()
 	}
 	if err != nil {
-		return nil, usageError{err}
+		return nil, exitcode.UsageError(err)
 	}
 	auth, err := redfish.ParseAuth(o.auth)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--auth: %w", err)}
+		return nil, exitcode.UsageError(fmt.Errorf("--auth: %w", err))
 	}
 	if o.basicAuth {
 		auth = redfish.AuthBasic
@@ -340,51 +292,48 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 	return c, bmcError(err)
 }
 
+// connectBMC is connect as the session's Connect.
+func (o *options) connectBMC(ctx context.Context) (boot.BMC, func(), error) {
+	c, err := o.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close() }, nil
+}
+
+func (o *options) logf(format string, args ...any) { fmt.Fprintf(o.stderr, format+"\n", args...) }
+
 func (o *options) boot(ctx context.Context) error {
-	// Resolve before touching the BMC: a mismatch never costs a BMC call.
-	_, r, err := o.resolve(ctx)
+	s, ref, err := o.session()
 	if err != nil {
 		return err
 	}
+	// Flags and state are checked before the session reads the image.
 	if _, err := redfish.ParseAuth(o.auth); err != nil {
-		return usageError{fmt.Errorf("--auth: %w", err)}
+		return exitcode.UsageError(fmt.Errorf("--auth: %w", err))
 	}
 	st := &boot.State{}
+	d := &boot.Driver{EvidenceTimeout: o.evidenceTimeout}
 	if o.stateFile != "" {
 		if st, err = boot.LoadState(o.stateFile); err != nil {
 			return err
 		}
-	}
-	d := &boot.Driver{EvidenceTimeout: o.evidenceTimeout}
-	if o.stateFile != "" {
 		d.Persist = func(s *boot.State) error { return boot.SaveState(o.stateFile, s) }
 	}
-	bmc, err := o.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer bmc.Close()
-	p, err := o.forBMC(ctx, r, bmc)
-	if err != nil {
-		return err
-	}
-	if p.Choice != "" {
-		fmt.Fprintf(o.stderr, "method %s (%s)\n", p.Method, p.Choice)
-	}
-	for _, n := range p.Notes {
-		fmt.Fprintln(o.stderr, "note:", n)
-	}
-	ref := r.ref
+	s.Connect, s.Driver, s.Logf = o.connectBMC, d, o.logf
+	// The artifact server outlives ctx by --serve-after-boot: the kernel,
+	// initrd and root image are fetched after the boot file.
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	var served chan error
-	if p.Method != osimage.BootDisk && p.Policy != boot.None {
+	s.Serve = func(_ context.Context, _ *boot.Plan, d *boot.Driver) error {
+		base, _ := o.advertiseURL() // the plan publishes, so the session had one
 		srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: ref.Context(),
-			Options: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}}, o.cacheDir, mustAdvertise(o))
+			Options: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}}, o.cacheDir, base)
 		if err != nil {
 			return err
 		}
-		srv.Logf = func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }
+		srv.Logf = o.logf
 		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
 		// Bound before the BMC is driven: a port in use fails here, and
 		// the firmware never asks an address nobody listens on.
@@ -394,20 +343,20 @@ func (o *options) boot(ctx context.Context) error {
 		}
 		served = make(chan error, 1)
 		go func() { served <- srv.Serve(serveCtx, ln) }()
+		return nil
 	}
-	// A state that has finished this plan (or network-booted under
-	// NetworkBootOnce) makes Run a no-op; then there is nothing to serve.
-	finished := st.PlanDigest == p.Digest() && st.Done >= len(p.Steps) && p.Policy != boot.NetworkBootAlways
-	runErr := d.Run(ctx, boot.LoggingBMC{BMC: bmc, Logf: func(f string, a ...any) { fmt.Fprintf(o.stderr, f+"\n", a...) }}, p, st)
-	if o.jsonOut {
-		_ = icli.WriteJSON(o.stdout, st)
-	} else {
-		writeConditions(o.stdout, st)
+	res, err := s.Boot(ctx, st)
+	if res.Plan != nil { // the plan ran: say what it saw, also when it failed
+		if o.jsonOut {
+			_ = icli.WriteJSON(o.stdout, st)
+		} else {
+			writeConditions(o.stdout, st)
+		}
 	}
-	if runErr != nil {
-		return bmcError(runErr)
+	if err != nil {
+		return err
 	}
-	if finished || st.Done == 0 {
+	if res.Skipped {
 		fmt.Fprintln(o.stderr, "nothing to do: the state says this server already booted the image (a fresh --state re-provisions)")
 		return nil
 	}
@@ -421,11 +370,6 @@ func (o *options) boot(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func mustAdvertise(o *options) string {
-	u, _ := o.advertiseURL()
-	return u
 }
 
 func (o *options) status(ctx context.Context) error {
