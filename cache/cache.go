@@ -227,10 +227,59 @@ func (s *Store) check(key string, contents bool) error {
 	if m.Key != key {
 		return fmt.Errorf("%s: key %q, want %q", metaFile, m.Key, key)
 	}
-	if m.Format != sealFormat {
+	if m.Format != sealFormat && m.Format != sealFormatNoIdentity {
 		return fmt.Errorf("%s: not sealed (format %d, want %d)", metaFile, m.Format, sealFormat)
 	}
-	return checkSeal(p, m.Files, contents)
+	resealed, err := checkSeal(p, m.Files, contents)
+	if err != nil {
+		return err
+	}
+	if resealed != nil || m.Format != sealFormat {
+		// Every file whose identity changed hashed right: seal it anew,
+		// so the next lookup is one lstat per file again.
+		m.Format = sealFormat
+		if resealed != nil {
+			m.Files = resealed
+		}
+		s.reseal(key, p, m)
+	}
+	return nil
+}
+
+// reseal replaces an entry's meta file with m, under the entry's fill lock
+// (no Fill or Prune replaces the entry meanwhile), written aside and renamed
+// into place. It is an optimization: when the lock is busy or a write
+// fails, the entry stays as it was (and is hashed again next time).
+func (s *Store) reseal(key, entry string, m *Meta) {
+	lock, err := s.keyLockPath(key)
+	if err != nil {
+		return
+	}
+	l, err := tryLock(lock, true)
+	if err != nil {
+		return
+	}
+	defer l.Close()
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return
+	}
+	t, err := s.NewTemp("reseal")
+	if err != nil {
+		return
+	}
+	defer t.Remove()
+	tmp := filepath.Join(t.Path, metaFile)
+	if err := writeSynced(tmp, b); err != nil {
+		s.logf("cache: entry %s: writing its new seal: %v", entry, err)
+		return
+	}
+	if err := os.Rename(tmp, filepath.Join(entry, metaFile)); err != nil {
+		s.logf("cache: entry %s: writing its new seal: %v", entry, err)
+		return
+	}
+	_ = syncDir(entry)
+	s.logf("cache: entry %s: sealed anew with its files' inodes and ctimes (each file whose identity changed, as in a copied or restored cache, matched its sha256)", entry)
 }
 
 // readMeta reads and parses an entry's meta file, bounded in size.

@@ -11,17 +11,31 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/ironcore-dev/os-builder/internal/filehash"
 )
 
 // The seal is the list of an entry's files written into its meta file. Lookup
 // checks the entry against it with one lstat per file (set of paths, types,
-// modes, sizes, mtimes), which stays cheap for multi-GB entries: a truncated,
-// extended, rewritten, added or missing file is a miss. Same-size corruption
-// that also restores the mtime (bit rot) passes Lookup; Verify catches it by
-// rehashing the contents against the sha256 recorded at fill time.
-const sealFormat = 1
+// modes, sizes, mtimes, and each regular file's device, inode and ctime),
+// which stays cheap for multi-GB entries: a truncated, extended, rewritten,
+// added or missing file is a miss. The ctime catches a same-size rewrite
+// that puts the mtime back: user space can set an mtime, not a ctime. A
+// file whose identity changed while size and mtime did not (a cache copied
+// with cp -a or restored from an archive, a seal from before identities)
+// is hashed against the sha256 recorded at fill time: a match is a hit
+// and the entry is sealed anew, so only the first lookup pays; a mismatch
+// is a miss. Verify rehashes every file.
+const sealFormat = 2
+
+// sealFormatNoIdentity is the seal before identities: still trusted, by
+// hashing each file once (see above). Cache keys are not part of the seal:
+// entries keep their keys.
+const sealFormatNoIdentity = 1
+
+// hashSealed hashes a file for checkSeal (a variable for tests to count).
+var hashSealed = hashFile
 
 // File is one file of a sealed entry.
 type File struct {
@@ -34,6 +48,20 @@ type File struct {
 	SHA256 string `json:"sha256,omitempty"`
 	// Link is a symlink's target.
 	Link string `json:"link,omitempty"`
+	// Dev, Ino and CTime (Unix nanoseconds) are a regular file's identity
+	// when it was sealed (format 2).
+	Dev   uint64 `json:"dev,omitempty"`
+	Ino   uint64 `json:"ino,omitempty"`
+	CTime int64  `json:"ctime,omitempty"`
+}
+
+// identity is a file's device, inode and ctime.
+func identity(fi fs.FileInfo) (dev, ino uint64, ctime int64) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, 0
+	}
+	return uint64(st.Dev), st.Ino, st.Ctim.Nano() //nolint:unconvert // Dev is 32 bits on some architectures
 }
 
 func (f File) valid() error {
@@ -77,6 +105,7 @@ func seal(dir string) ([]File, error) {
 			if f.SHA256, err = filehash.SHA256Sync(p); err != nil {
 				return err
 			}
+			f.Dev, f.Ino, f.CTime = identity(fi)
 		case fi.IsDir():
 			dirs = append(dirs, p)
 		case fi.Mode()&fs.ModeSymlink != 0:
@@ -102,14 +131,18 @@ func seal(dir string) ([]File, error) {
 var errDamaged = errors.New("does not match its seal")
 
 // checkSeal compares the tree under dir with its record; contents adds the
-// sha256 of every regular file.
-func checkSeal(dir string, files []File, contents bool) error {
+// sha256 of every regular file. A regular file whose identity (device,
+// inode, ctime) is not the sealed one is hashed; when every such file
+// matches its sha256, resealed is the record with their new identities
+// (nil when nothing changed).
+func checkSeal(dir string, files []File, contents bool) (resealed []File, err error) {
 	want := make(map[string]File, len(files))
 	for _, f := range files {
 		want[f.Path] = f
 	}
 	seen := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	moved := map[string]File{}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -141,20 +174,23 @@ func checkSeal(dir string, files []File, contents bool) error {
 			if fi.ModTime().UnixNano() != w.MTime {
 				return fmt.Errorf("%s: %w: modified after sealing", rel, errDamaged)
 			}
-			if contents {
-				f, err := os.Open(p)
+			dev, ino, ctime := identity(fi)
+			same := w.Ino != 0 && dev == w.Dev && ino == w.Ino && ctime == w.CTime
+			if contents || !same {
+				sum, err := hashSealed(p)
 				if err != nil {
 					return err
 				}
-				h := sha256.New()
-				_, err = io.Copy(h, f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("hash %s: %w", p, err)
-				}
-				if hex.EncodeToString(h.Sum(nil)) != w.SHA256 {
+				if sum != w.SHA256 {
+					if !same {
+						return fmt.Errorf("%s: %w: changed in place (its inode or ctime is not the sealed one and its sha256 differs)", rel, errDamaged)
+					}
 					return fmt.Errorf("%s: %w: sha256 differs", rel, errDamaged)
 				}
+			}
+			if !same {
+				w.Dev, w.Ino, w.CTime = dev, ino, ctime
+				moved[rel] = w
 			}
 		case fi.Mode()&fs.ModeSymlink != 0:
 			t, err := os.Readlink(p)
@@ -170,12 +206,36 @@ func checkSeal(dir string, files []File, contents bool) error {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// A file vanished mid-walk: damaged, not absent.
-			return fmt.Errorf("%w: %v", errDamaged, err)
+			return nil, fmt.Errorf("%w: %v", errDamaged, err)
 		}
-		return err
+		return nil, err
 	}
 	if seen != len(want) {
-		return fmt.Errorf("%w: %d of %d sealed files present", errDamaged, seen, len(want))
+		return nil, fmt.Errorf("%w: %d of %d sealed files present", errDamaged, seen, len(want))
 	}
-	return nil
+	if len(moved) == 0 {
+		return nil, nil
+	}
+	resealed = make([]File, len(files))
+	for i, f := range files {
+		if m, ok := moved[f.Path]; ok {
+			f = m
+		}
+		resealed[i] = f
+	}
+	return resealed, nil
+}
+
+// hashFile is the hex sha256 of a file's contents.
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
