@@ -3,6 +3,7 @@ package gpt_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"os"
@@ -274,38 +275,162 @@ func TestReadAtBadSectorSize(t *testing.T) {
 	}
 }
 
-// FuzzRead reads fuzzed bytes as a disk: the reader must not panic, must
-// not allocate past its bounds, every partition it accepts lies on the
-// disk, and an accepted table encodes again or is refused with an error.
-func FuzzRead(f *testing.F) {
-	img := gpttest.DiskImage(f, 1<<20)
-	f.Add(img[:64<<10])
-	small := &gpt.Table{SectorSize: 512, Partitions: []gpt.Partition{{Index: 2, Type: gpt.MustGUID(gpt.TypeESP), FirstLBA: 40, LastLBA: 80, Name: "osb-esp"}}}
-	if p, bk, off, err := small.Encode(128 << 10); err == nil {
-		disk := make([]byte, 128<<10)
-		copy(disk, p)
-		copy(disk[off:], bk)
-		f.Add(disk)
+// sparseDisk is a disk of size bytes that is zero but for its extents: a
+// fuzzed disk of any size costs only the bytes a reader asks for. It
+// records the largest read, what the reader allocated for one.
+type sparseDisk struct {
+	size    int64
+	extents []extent
+	max     int
+}
+
+type extent struct {
+	off int64
+	b   []byte
+}
+
+func (d *sparseDisk) ReadAt(p []byte, off int64) (int, error) {
+	d.max = max(d.max, len(p))
+	if off < 0 || off >= d.size {
+		return 0, io.EOF
 	}
-	f.Add(gpttest.Hostile(64<<10, func(h []byte) { binary.LittleEndian.PutUint32(h[84:], 1<<20) }))
-	f.Add(gpttest.Hostile(64<<10, func([]byte) {}))
-	f.Add(make([]byte, 4096))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		size := int64(len(b))
-		r := &gpttest.MaxReadAt{R: bytes.NewReader(b)}
-		tb, err := gpt.Read(r, 512, size)
-		if r.Max > gpt.MaxEntryArray {
-			t.Fatalf("read of %d bytes", r.Max)
+	n := len(p)
+	if int64(n) > d.size-off {
+		n = int(d.size - off)
+	}
+	clear(p[:n])
+	for _, e := range d.extents {
+		lo, hi := max(off, e.off), min(off+int64(n), e.off+int64(len(e.b)))
+		if lo < hi {
+			copy(p[lo-off:hi-off], e.b[lo-e.off:hi-e.off])
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// GPT header fields FuzzRead sets (UEFI spec table 5-5), by offset.
+const (
+	hdrCRC        = 16
+	hdrMyLBA      = 24
+	hdrEntriesLBA = 72
+	hdrNumEntries = 80
+	hdrEntrySize  = 84
+	hdrEntriesCRC = 88
+)
+
+// Flags of FuzzRead's layout argument.
+const (
+	fuzzAtBackup    = 1 << iota // the header at the last LBA, not LBA 1
+	fuzzBadHdrCRC               // the header's CRC is off by one
+	fuzzBadArrayCRC             // the entry array's CRC is off by one
+	fuzzOwnMyLBA                // MyLBA is the fuzzed value, not where the header is
+)
+
+// fuzzDisk builds a disk from FuzzRead's arguments: a GPT header whose
+// CRCs are right (unless flags say otherwise) over the fuzzed fields, and
+// its entry array, each entry's first 128 bytes from entries.
+func fuzzDisk(shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entriesLBA uint64, n, esize uint32, entries []byte) (*sparseDisk, int) {
+	ss := gpt.MinSectorSize << (shift % 4)
+	d := &sparseDisk{size: int64(lbas%(1<<40)) * int64(ss)}
+	at := uint64(1)
+	if flags&fuzzAtBackup != 0 {
+		at = uint64(d.size/int64(ss)) - 1
+	}
+	if flags&fuzzOwnMyLBA == 0 {
+		myLBA = at
+	}
+	// The array as the header describes it, when that is small enough to
+	// be read at all: past the bounds, the reader must not look at it.
+	var array []byte
+	if uint64(n)*uint64(esize) <= 2*gpt.MaxEntryArray && esize >= gpt.EntrySize {
+		array = make([]byte, int(n)*int(esize))
+		for i := 0; i < int(n) && 128*i < len(entries); i++ {
+			copy(array[i*int(esize):i*int(esize)+gpt.EntrySize], entries[128*i:])
+		}
+		if entriesLBA < 1<<40 {
+			d.extents = append(d.extents, extent{int64(entriesLBA) * int64(ss), array})
+		}
+	}
+	h := make([]byte, ss)
+	copy(h, gpt.Signature)
+	binary.LittleEndian.PutUint32(h[8:], gpt.Revision)
+	binary.LittleEndian.PutUint32(h[12:], hsize)
+	binary.LittleEndian.PutUint64(h[hdrMyLBA:], myLBA)
+	binary.LittleEndian.PutUint64(h[hdrEntriesLBA:], entriesLBA)
+	binary.LittleEndian.PutUint32(h[hdrNumEntries:], n)
+	binary.LittleEndian.PutUint32(h[hdrEntrySize:], esize)
+	crc := crc32.ChecksumIEEE(array)
+	if flags&fuzzBadArrayCRC != 0 {
+		crc++
+	}
+	binary.LittleEndian.PutUint32(h[hdrEntriesCRC:], crc)
+	crc = crc32.ChecksumIEEE(h[:min(int(hsize), ss)])
+	if flags&fuzzBadHdrCRC != 0 {
+		crc++
+	}
+	binary.LittleEndian.PutUint32(h[hdrCRC:], crc)
+	// The header goes last: it wins where the array overlaps it.
+	d.extents = append(d.extents, extent{int64(at) * int64(ss), h})
+	return d, ss
+}
+
+// FuzzRead fuzzes a GPT's header fields and entries, not a disk's bytes:
+// fuzzDisk builds the header and array and recomputes both CRCs, so that
+// the checks after the CRCs see the fuzzed values (fuzzed whole disks broke
+// a CRC with almost every mutation and never got past it). The reader must
+// not panic, must not read (allocate) past its bounds, every partition it
+// accepts lies on the disk, and a table it accepts and Encode writes reads
+// back the same.
+func FuzzRead(f *testing.F) {
+	// An installed disk's table, as fields.
+	for _, ss := range []int{512, 4096} {
+		size := int64(64 << 20)
+		primary, _, _, err := gpttest.Installed(ss, size).Encode(size)
+		if err != nil {
+			f.Fatal(err)
+		}
+		h := primary[ss:]
+		field := func(off int) uint32 { return binary.LittleEndian.Uint32(h[off:]) }
+		f.Add(uint8(ss/1024), uint64(size)/uint64(ss), uint8(0), field(12), uint64(1), binary.LittleEndian.Uint64(h[hdrEntriesLBA:]), field(hdrNumEntries), field(hdrEntrySize), primary[2*ss:2*ss+3*gpt.EntrySize])
+		f.Add(uint8(ss/1024), uint64(size)/uint64(ss), uint8(fuzzAtBackup), field(12), uint64(0), uint64(size)/uint64(ss)-33, field(hdrNumEntries), field(hdrEntrySize), primary[2*ss:2*ss+3*gpt.EntrySize])
+	}
+	// The hostile headers of TestReadBoundsSizes, as fields.
+	for _, hh := range gpttest.HostileHeaders() {
+		h := gpttest.Hostile(4<<20, hh.Edit)[512 : 512+gpt.HeaderSize]
+		f.Add(uint8(0), uint64(8192), uint8(0), binary.LittleEndian.Uint32(h[12:]), uint64(1), binary.LittleEndian.Uint64(h[hdrEntriesLBA:]),
+			binary.LittleEndian.Uint32(h[hdrNumEntries:]), binary.LittleEndian.Uint32(h[hdrEntrySize:]), []byte{})
+	}
+	f.Fuzz(func(t *testing.T, shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entriesLBA uint64, n, esize uint32, entries []byte) {
+		d, ss := fuzzDisk(shift, lbas, flags, hsize, myLBA, entriesLBA, n, esize, entries)
+		tb, err := gpt.Read(d, ss, d.size)
+		if d.max > max(gpt.MaxEntryArray, ss) {
+			t.Fatalf("read of %d bytes", d.max)
 		}
 		if err != nil {
 			return
 		}
+		if flags&(fuzzBadHdrCRC|fuzzBadArrayCRC) != 0 {
+			t.Fatalf("a table with a bad CRC was accepted: %+v", tb)
+		}
 		for _, p := range tb.Partitions {
-			s, e := p.ByteRange(512)
-			if s < 0 || e <= s || e > size {
-				t.Fatalf("partition %+v: bytes %d-%d on a %d-byte disk", p, s, e, size)
+			s, e := p.ByteRange(ss)
+			if s < 0 || e <= s || e > d.size {
+				t.Fatalf("partition %+v: bytes %d-%d on a %d-byte disk", p, s, e, d.size)
 			}
 		}
-		_, _, _, _ = tb.Encode(size) // must not panic
+		primary, backup, off, err := tb.Encode(d.size)
+		if err != nil {
+			return // e.g. overlapping partitions: refused, not written
+		}
+		again, err := gpt.Read(&sparseDisk{size: d.size, extents: []extent{{0, primary}, {off, backup}}}, ss, d.size)
+		if err != nil {
+			t.Fatalf("reading back what Encode wrote: %v", err)
+		}
+		if fmt.Sprint(again.Partitions) != fmt.Sprint(tb.Partitions) || again.DiskGUID != tb.DiskGUID {
+			t.Fatalf("round trip: %+v, want %+v", again, tb)
+		}
 	})
 }
