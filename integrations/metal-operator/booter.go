@@ -8,9 +8,7 @@ import (
 	"path"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metalv1alpha1 "github.com/ironcore-dev/metal-operator/api/v1alpha1"
 	"github.com/ironcore-dev/metal-operator/bmc"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -83,9 +81,12 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 	}
 	res := Result{State: &boot.State{}}
 	now := time.Now()
+	add := func(typ string, status metav1.ConditionStatus, reason, msg string, at time.Time) {
+		res.Conditions = append(res.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(at)})
+	}
 	fail := func(err error) (Result, error) {
-		res.Conditions = append(res.Conditions, metav1.Condition{Type: ConditionBootCompleted, Status: metav1.ConditionFalse,
-			Reason: reasonOf(err), Message: err.Error(), ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now)})
+		add(ConditionBootCompleted, metav1.ConditionFalse, reasonOf(err), err.Error(), now)
 		return res, err
 	}
 	req, err := ResolveRequest(o)
@@ -101,48 +102,33 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 		return fail(err)
 	}
 	res.State = st
-	id, err := b.readIdentity(ctx, req.Image)
-	if err != nil {
-		return fail(fmt.Errorf("%w: image %s: %w", boot.ErrPlan, req.Image, err))
+	s := &boot.Session{
+		Request:      boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL},
+		ReadIdentity: b.readIdentity,
+		Connect:      func(ctx context.Context) (boot.BMC, func(), error) { return b.connect(ctx, target) },
+		Driver:       b.Driver,
+		// None only powers on: its plan stays the image's whatever the BMC
+		// offers, as the states saved in the annotation expect.
+		SkipCapabilitiesForNone: true,
 	}
-	bmcClient, closeBMC, err := b.connect(ctx, target)
-	if err != nil {
-		return fail(fmt.Errorf("connecting to BMC %s: %w", target, err))
-	}
-	defer closeBMC()
-	// Capabilities first: a method the BMC cannot do is refused (or, for
-	// auto, passed over) before any artifact is fetched.
-	var caps *boot.Capabilities
-	if req.Policy != boot.None {
-		c, err := bmcClient.Capabilities(ctx)
-		if err != nil {
-			return fail(fmt.Errorf("reading BMC capabilities: %w", err))
+	run, err := s.Boot(ctx, st)
+	if p := run.Plan; p != nil { // the plan ran
+		res.Plan = p
+		if req.Policy != boot.None {
+			why := p.Choice
+			if req.Method != "" {
+				why = "requested by annotation " + AnnotationBootMethod
+			}
+			add(ConditionBootMethodSelected, metav1.ConditionTrue, "Selected", fmt.Sprintf("method: %s (%s)", p.Method, why), now)
 		}
-		caps = &c
+		for _, c := range st.Conditions {
+			add(c.Type, metav1.ConditionStatus(c.Status), c.Reason, c.Message, c.LastTransitionTime)
+		}
 	}
-	p, err := boot.ResolveFor(id, boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL}, caps)
 	if err != nil {
 		return fail(err)
 	}
-	why := p.Choice
-	if req.Method != "" {
-		why = "requested by annotation " + AnnotationBootMethod
-	}
-	res.Plan = p
-	if req.Policy != boot.None {
-		res.Conditions = append(res.Conditions, metav1.Condition{Type: ConditionBootMethodSelected, Status: metav1.ConditionTrue,
-			Reason: "Selected", Message: fmt.Sprintf("method: %s (%s)", p.Method, why), ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now)})
-	}
-	runErr := b.Driver.Run(ctx, bmcClient, p, st)
-	for _, c := range st.Conditions {
-		res.Conditions = append(res.Conditions, metav1.Condition{Type: c.Type, Status: metav1.ConditionStatus(c.Status), Reason: c.Reason,
-			Message: c.Message, ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(c.LastTransitionTime)})
-	}
-	if runErr != nil {
-		return fail(runErr)
-	}
-	res.Conditions = append(res.Conditions, metav1.Condition{Type: ConditionBootCompleted, Status: metav1.ConditionTrue,
-		Reason: "PlanCompleted", Message: fmt.Sprintf("%s boot of %s (policy %s)", p.Method, req.Image, p.Policy), ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now)})
+	add(ConditionBootCompleted, metav1.ConditionTrue, "PlanCompleted", fmt.Sprintf("%s boot of %s (policy %s)", res.Plan.Method, req.Image, res.Plan.Policy), now)
 	return res, nil
 }
 
@@ -227,26 +213,38 @@ func ApplyTo(res Result, sbc *metalv1alpha1.ServerBootConfiguration, claim *meta
 	return nil
 }
 
+// readIdentity reads the image as the session's ReadIdentity. Every failure,
+// an unreachable registry too, is ErrPlan: BootCompleted=False with
+// InvalidPlan, as it always was here.
 func (b *Booter) readIdentity(ctx context.Context, image string) (*osimage.BootIdentity, error) {
+	var id *osimage.BootIdentity
+	var err error
 	if b.ReadIdentity != nil {
-		return b.ReadIdentity(ctx, image)
+		id, err = b.ReadIdentity(ctx, image)
+	} else {
+		var ref name.Reference
+		if ref, err = name.ParseReference(image); err == nil {
+			id, err = boot.RegistryIdentity(ctx, ref)
+		}
 	}
-	ref, err := name.ParseReference(image)
-	if err != nil {
-		return nil, err
+	if err != nil && !errors.Is(err, boot.ErrPlan) {
+		return nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, image, err)
 	}
-	img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain))
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", ref, err)
-	}
-	return osimage.ReadIdentity(img)
+	return id, err
 }
 
 func (b *Booter) connect(ctx context.Context, t Target) (boot.BMC, func(), error) {
-	if b.Connect != nil {
-		return b.Connect(ctx, t)
+	connect := b.Connect
+	if connect == nil {
+		connect = func(ctx context.Context, t Target) (boot.BMC, func(), error) {
+			return ConnectRedfish(ctx, t, b.Redfish)
+		}
 	}
-	return ConnectRedfish(ctx, t, b.Redfish)
+	c, closeBMC, err := connect(ctx, t)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to BMC %s: %w", t, err)
+	}
+	return c, closeBMC, nil
 }
 
 // ConnectRedfish opens os-builder's Redfish client (boot/redfish) on the
