@@ -1,7 +1,8 @@
 // Package boot turns an image's boot identity (osimage.ReadIdentity, the one
 // reader of the image contract) into a boot plan (ordered steps as data) and
-// drives a server's BMC through that plan. It has no Kubernetes
-// dependencies: the metal-operator is one consumer, a CLI another.
+// drives a server's BMC through that plan; Session is that sequence for one
+// boot. It has no Kubernetes dependencies: the metal-operator is one
+// consumer, a CLI another.
 package boot
 
 import (
