@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/diskimage"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -30,7 +33,7 @@ var bootMarkers = []string{
 
 func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 	t.Helper()
-	requireTools(t, "qemu-system-x86_64")
+	buildertest.RequireTools(t, "qemu-system-x86_64")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	cfg.UEFI = true
@@ -61,7 +64,7 @@ func TestBootUKIFromESP(t *testing.T) {
 		t.Fatal(err)
 	}
 	esp := filepath.Join(dir, "esp.raw")
-	if err := diskimage.Write(esp, diskimage.Options{UKI: filepath.Join(out, fileUKI), Root: placeholder, Seed: "esp-test"}); err != nil {
+	if err := diskimage.Write(esp, diskimage.Options{UKI: filepath.Join(out, artifacts.FileUKI), Root: placeholder, Seed: "esp-test"}); err != nil {
 		t.Fatal(err)
 	}
 	bootAndExpect(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, "osb-init: starting: mode=memory root=initrd")
@@ -72,7 +75,7 @@ func TestBootUKIFromESP(t *testing.T) {
 func copyDisk(t *testing.T, grow int64) string {
 	t.Helper()
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), fileDisk), disk); err != nil {
+	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), artifacts.FileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(disk)
@@ -192,8 +195,8 @@ func TestBootDiskWithoutDataPartition(t *testing.T) {
 // directly with the disk's command line plus the flag.
 func TestBootDiskPersistRequired(t *testing.T) {
 	out := testOutput(t)
-	requireTools(t, "qemu-system-x86_64")
-	cmdline, err := os.ReadFile(filepath.Join(out, fileCmdline))
+	buildertest.RequireTools(t, "qemu-system-x86_64")
+	cmdline, err := os.ReadFile(filepath.Join(out, artifacts.FileCmdline))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +204,7 @@ func TestBootDiskPersistRequired(t *testing.T) {
 	defer cancel()
 	vm, err := qemu.Start(ctx, qemu.Config{
 		UEFI: true, MemoryMB: 2048,
-		Kernel: filepath.Join(out, fileKernel), Initrd: filepath.Join(out, fileNoRoot),
+		Kernel: filepath.Join(out, artifacts.FileKernel), Initrd: filepath.Join(out, artifacts.FileNoRoot),
 		Append:         "osb.root=partlabel:osb-root " + strings.TrimSpace(string(cmdline)) + " osb.persist.required=1",
 		Disks:          []string{noDataDisk(t)},
 		FailureMarkers: []string{},
@@ -225,7 +228,7 @@ func TestBootDiskPersistRequired(t *testing.T) {
 // presents it.
 func TestBootISO(t *testing.T) {
 	out := testOutput(t)
-	bootAndExpect(t, qemu.Config{CDROM: filepath.Join(out, fileISO)})
+	bootAndExpect(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
 }
 
 // TestBootUKIOverHTTP boots uki.efi through OVMF's native UEFI HTTP boot,
@@ -240,7 +243,7 @@ func TestBootUKIOverHTTP(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fetched <- r.Method + " " + r.URL.Path
 		w.Header().Set("Content-Type", "application/efi")
-		http.ServeFile(w, r, filepath.Join(out, fileUKI))
+		http.ServeFile(w, r, filepath.Join(out, artifacts.FileUKI))
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })

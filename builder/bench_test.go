@@ -10,6 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/rootfs"
+	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -18,10 +24,10 @@ import (
 // build (empty cache), a warm rebuild with nothing changed, and a rebuild
 // after touching one unit file. Run with -benchtime 1x (`make bench`).
 func BenchmarkBuildTestRecipe(b *testing.B) {
-	requireTools(b, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(b, "mmdebstrap", "mksquashfs")
 	tree := b.TempDir()
 	for _, d := range []string{"recipes", "units"} {
-		if err := run(context.Background(), "cp", "-a", filepath.Join(repoRoot(b), d), tree); err != nil {
+		if err := command.Run(context.Background(), "cp", "-a", filepath.Join(buildertest.RepoRoot(b), d), tree); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -83,24 +89,23 @@ func settle(b *testing.B) {
 // cached root tree (kernel, initrds, root image, stub), next to copying the
 // same number of bytes: the physical floor.
 func BenchmarkArtifacts(b *testing.B) {
-	requireTools(b, "mmdebstrap", "mksquashfs")
-	r, err := recipe.Load(filepath.Join(repoRoot(b), "recipes/test.yaml"))
+	buildertest.RequireTools(b, "mmdebstrap", "mksquashfs")
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), "recipes/test.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	cacheDir := DefaultCacheDir() // what builds and tests filled
+	cacheDir := cache.DefaultDir() // what builds and tests filled
 	warm := filepath.Join(b.TempDir(), "out")
 	m, err := Build(context.Background(), r, Options{OutputDir: warm, CacheDir: cacheDir})
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Rebuild the inputs writeArtifacts takes from the cache entries.
+	// The writers' inputs, from the cache entries the build used.
 	store, err := cache.Open(cacheDir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	in := lastArtifactInputs(b, store, r)
-	outputs, _ := parseOutputs(r.Outputs)
+	cfg, in := lastWriterInputs(b, store, r)
 	var total int64
 	for _, a := range m.Artifacts {
 		total += a.Size
@@ -109,8 +114,11 @@ func BenchmarkArtifacts(b *testing.B) {
 		b.SetBytes(total)
 		for i := 0; i < b.N; i++ {
 			dir := b.TempDir()
-			if _, err := writeArtifacts(context.Background(), outputs, in, dir); err != nil {
-				b.Fatal(err)
+			for _, w := range artifacts.Writers(cfg, in, dir) {
+				if _, err := w.Write(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				w.Done()
 			}
 		}
 	})
@@ -119,7 +127,7 @@ func BenchmarkArtifacts(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			dir := b.TempDir()
 			for _, a := range m.Artifacts {
-				if err := copyFile(filepath.Join(warm, a.Path), filepath.Join(dir, a.Path), 0o644); err != nil {
+				if err := command.Run(context.Background(), "cp", filepath.Join(warm, a.Path), filepath.Join(dir, a.Path)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -127,9 +135,9 @@ func BenchmarkArtifacts(b *testing.B) {
 	})
 }
 
-// lastArtifactInputs finds the cached assemble and initrd outputs the last
-// build of r used.
-func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *artifactInputs {
+// lastWriterInputs finds the cached step outputs the last build of r used
+// and hands them to the writers as its table would.
+func lastWriterInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) (artifacts.Config, artifacts.Inputs) {
 	dir := func(step string) string {
 		in, ok := store.Previous(r.Name, step)
 		if !ok {
@@ -141,24 +149,28 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 		}
 		return p
 	}
-	layers := []rootLayer{{dir("bootstrap"), baseLayerInitrd}}
+	stack := step.Stack{}.On(rootfs.BaseLayer(dir("bootstrap")), "")
 	for _, l := range r.Resolved {
 		if len(l.Go)+len(l.OCI) > 0 { // the build had a binaries layer
-			layers = append(layers, rootLayer{dir("binaries"), binariesLayerInitrd})
+			stack = stack.On(rootfs.BinariesLayer(dir("binaries")), "")
 			break
 		}
 	}
-	return &artifactInputs{
-		layers:       append(layers, rootLayer{dir("assemble"), topLayerInitrd}),
-		assembled:    dir("assemble"),
-		kernelDir:    dir("kernel"),
-		noRootInitrd: filepath.Join(dir("initrd-noroot"), initrdFile),
-		cmdline:      r.Cmdline(),
-		epoch:        DefaultSourceDateEpoch,
-		name:         r.Name,
-		version:      r.Version,
-		arch:         r.Base.Architecture,
+	in := artifacts.Inputs{
+		Stack:     step.NewValue[step.Stack]("assemble"),
+		Assembled: step.NewValue[step.Assembled]("assemble"),
+		Kernel:    step.NewValue[step.Kernel]("kernel"),
+		NoRoot:    step.NewValue[string]("initrd-noroot"),
 	}
+	in.Stack.Set(stack.On(rootfs.TopLayer(dir("assemble")), ""))
+	in.Assembled.Set(step.Assembled{Dir: dir("assemble")})
+	in.Kernel.Set(step.Kernel{Dir: dir("kernel")})
+	in.NoRoot.Set(rootfs.Initrd(dir("initrd-noroot")))
+	cfg := artifacts.Config{
+		Outputs: r.OutputSet(), Cmdline: r.Cmdline(), Epoch: DefaultSourceDateEpoch,
+		Name: r.Name, Version: r.Version, Arch: r.Base.Architecture, Builder: "bench",
+	}
+	return cfg, in
 }
 
 // BenchmarkNothingChanged measures a build whose output is up to date:
@@ -167,8 +179,8 @@ func lastArtifactInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) *art
 // temporary directory), filled once outside the timer from the shared
 // cache.
 func BenchmarkNothingChanged(b *testing.B) {
-	requireTools(b, "mmdebstrap", "mksquashfs")
-	cacheDir := DefaultCacheDir()
+	buildertest.RequireTools(b, "mmdebstrap", "mksquashfs")
+	cacheDir := cache.DefaultDir()
 	for _, tc := range []struct {
 		name, recipe, outEnv string
 		exclude              []string
@@ -178,7 +190,7 @@ func BenchmarkNothingChanged(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			load := func() *recipe.Recipe {
-				r, err := recipe.Load(filepath.Join(repoRoot(b), tc.recipe))
+				r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), tc.recipe))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -203,7 +215,7 @@ func BenchmarkNothingChanged(b *testing.B) {
 				size += a.Size
 			}
 			var log strings.Builder
-			opts.Progress, opts.ProgressMode = &log, ModePlain
+			opts.Progress, opts.ProgressMode = &log, progress.ModePlain
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				log.Reset()
@@ -216,53 +228,5 @@ func BenchmarkNothingChanged(b *testing.B) {
 			}
 			b.ReportMetric(float64(size)/(1<<20), "MiB-of-artifacts")
 		})
-	}
-}
-
-// BenchmarkBootstrap runs the bootstrap step for the test recipe's package
-// set side by side: every .deb downloaded (an empty deb pool) and every
-// .deb from the pool the first run filled (the step ends with its base
-// layer image squashed, image-MiB). Run with -benchtime 1x (`make bench`).
-func BenchmarkBootstrap(b *testing.B) {
-	requireTools(b, "mmdebstrap")
-	r, err := recipe.Load(filepath.Join(repoRoot(b), "recipes/test.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	outputs, err := parseOutputs(r.Outputs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pkgs := (&build{r: r}).packages(outputs)
-	var pool *debPool
-	var last string
-	step := func(b *testing.B, p *debPool) time.Duration {
-		out := b.TempDir()
-		s := &bootstrapStep{r: r, packages: pkgs, epoch: DefaultSourceDateEpoch, debs: p, work: b.TempDir(), logf: b.Logf}
-		start := time.Now()
-		if err := s.Run(context.Background(), out); err != nil {
-			b.Fatal(err)
-		}
-		last = out
-		return time.Since(start)
-	}
-	var cold, warm time.Duration
-	b.Run("download-all", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			pool = newDebPool(b.TempDir(), r.Base.Mirror, r.Base.Release)
-			cold = step(b, pool)
-		}
-		b.StopTimer()
-		if fi, err := os.Stat(filepath.Join(last, layerImage)); err == nil {
-			b.ReportMetric(float64(fi.Size())/(1<<20), "image-MiB")
-		}
-	})
-	b.Run("pool", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			warm = step(b, pool)
-		}
-	})
-	if cold > 0 && warm > 0 {
-		b.Logf("bootstrap: every .deb downloaded %.1fs, .debs from the pool %.1fs (%.3f)", cold.Seconds(), warm.Seconds(), warm.Seconds()/cold.Seconds())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
@@ -21,7 +22,7 @@ func testOutput(t *testing.T) string { return testutil.Output(t, testutil.TestOu
 // and user in place.
 func TestBootLiveKernelInitrd(t *testing.T) {
 	out := testOutput(t)
-	requireTools(t, "qemu-system-x86_64")
+	buildertest.RequireTools(t, "qemu-system-x86_64")
 	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))
 	if err != nil {
 		t.Fatal(err)

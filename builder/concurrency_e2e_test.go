@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/builder/rootfs"
+	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -34,7 +38,7 @@ func startConcurrentBuild(t *testing.T, bin, recipePath, cacheDir, out string) *
 	b := &concurrentBuild{out: out, done: make(chan error, 1)}
 	b.cmd = exec.Command("unshare", "-p", "-f", "--mount-proc", "--kill-child",
 		bin, "build", recipePath, "--output", out, "--cache-dir", cacheDir)
-	b.cmd.Env = append(os.Environ(), "OSB_SOURCE_DIR="+repoRoot(t))
+	b.cmd.Env = append(os.Environ(), "OSB_SOURCE_DIR="+buildertest.RepoRoot(t))
 	stderr, err := b.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -112,17 +116,13 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs, err := parseOutputs(r.Outputs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot := &bootstrapStep{r: r, packages: (&build{r: r}).packages(outs), epoch: DefaultSourceDateEpoch}
+	boot := rootfs.NewBootstrap(r, rootfs.PackageSet(r), DefaultSourceDateEpoch, "", "", nil)
 	in, err := boot.Inputs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(from, "entries", in.Key())
-	if _, err := os.Stat(filepath.Join(src, packagesList)); err != nil {
+	if _, err := os.Stat(filepath.Join(src, step.PackagesList)); err != nil {
 		t.Logf("no bootstrap entry to seed from in %s; the builds bootstrap", from)
 		return
 	}
@@ -131,10 +131,10 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 		t.Fatal(err)
 	}
 	_, err = store.Fill(context.Background(), boot.Name(), in, func(dir string) error {
-		for _, f := range []string{layerImage, packagesList} {
+		for _, f := range []string{step.LayerImage, step.PackagesList} {
 			// Hard links: the seal records what the files are now.
 			if err := os.Link(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-				if err := copyFile(filepath.Join(src, f), filepath.Join(dir, f), 0o644); err != nil {
+				if err := command.Run(context.Background(), "cp", filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
 					return err
 				}
 			}
@@ -152,7 +152,7 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 // build filling a step while others wait for it: they take over, and the
 // next build succeeds.
 func TestConcurrentBuildsShareCache(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs", "unshare")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs", "unshare")
 	if testing.Short() {
 		t.Skip("builds images")
 	}
@@ -160,13 +160,13 @@ func TestConcurrentBuildsShareCache(t *testing.T) {
 		t.Skip("PID namespaces need root")
 	}
 	bin := filepath.Join(t.TempDir(), "builder")
-	if err := run(context.Background(), "go", "build", "-o", bin, "../cmd/builder"); err != nil {
+	if err := command.Run(context.Background(), "go", "build", "-o", bin, "../cmd/builder"); err != nil {
 		t.Fatal(err)
 	}
-	tree := copyRecipeTree(t)
+	tree := buildertest.CopyRecipeTree(t)
 	recipePath := filepath.Join(tree, "recipes/test.yaml")
 	cacheDir := t.TempDir()
-	seedBootstrap(t, recipePath, sharedCacheDir(t), cacheDir)
+	seedBootstrap(t, recipePath, cache.DefaultDir(), cacheDir)
 
 	// Round 1: three builds at once.
 	const n = 3

@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -19,11 +23,11 @@ import (
 // TestUnknownPackageNamesRecipeLine asks apt for a package Debian does not
 // have: the error must point at the recipe line that asked for it.
 func TestUnknownPackageNamesRecipeLine(t *testing.T) {
-	requireTools(t, "mmdebstrap")
+	buildertest.RequireTools(t, "mmdebstrap")
 	if testing.Short() {
 		t.Skip("runs mmdebstrap")
 	}
-	tree := copyRecipeTree(t)
+	tree := buildertest.CopyRecipeTree(t)
 	layer := filepath.Join(tree, "recipes/layers/test-hello.yaml")
 	b, err := os.ReadFile(layer)
 	if err != nil {
@@ -56,21 +60,21 @@ func TestUnknownPackageNamesRecipeLine(t *testing.T) {
 // untouched, no cache entry may be poisoned, and the next build must
 // succeed and replace the output.
 func TestKilledBuildKeepsPreviousOutput(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image")
 	}
 	bin := filepath.Join(t.TempDir(), "builder")
-	if err := run(context.Background(), "go", "build", "-o", bin, "../cmd/builder"); err != nil {
+	if err := command.Run(context.Background(), "go", "build", "-o", bin, "../cmd/builder"); err != nil {
 		t.Fatal(err)
 	}
-	tree := copyRecipeTree(t)
+	tree := buildertest.CopyRecipeTree(t)
 	out := filepath.Join(tree, "out")
-	cacheDir := sharedCacheDir(t)
+	cacheDir := cache.DefaultDir()
 	recipePath := filepath.Join(tree, "recipes/test.yaml")
 	build := func() *exec.Cmd {
 		cmd := exec.Command(bin, "build", recipePath, "--output", out, "--cache-dir", cacheDir)
-		cmd.Env = append(os.Environ(), "OSB_SOURCE_DIR="+repoRoot(t))
+		cmd.Env = append(os.Environ(), "OSB_SOURCE_DIR="+buildertest.RepoRoot(t))
 		return cmd
 	}
 	if b, err := build().CombinedOutput(); err != nil {
@@ -114,7 +118,7 @@ func TestKilledBuildKeepsPreviousOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, a := range m.Artifacts {
-			if d, err := digestFile(filepath.Join(out, a.Path)); err != nil || d != a.SHA256 {
+			if d, err := filehash.SHA256(filepath.Join(out, a.Path)); err != nil || d != a.SHA256 {
 				t.Errorf("%s damaged by the kill at %q: %v", a.Path, at, err)
 			}
 		}

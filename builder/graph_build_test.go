@@ -18,7 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -26,7 +30,7 @@ import (
 
 func loadTestRecipe(t testing.TB) *recipe.Recipe {
 	t.Helper()
-	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(t), "recipes/test.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,15 +73,15 @@ func TestPlanGolden(t *testing.T) {
 	}
 }
 
-// parseEvents reads --json progress: every line an Event, states known,
+// parseEvents reads --json progress: every line an progress.Event, states known,
 // each step started once and then done or failed once, counters sane.
-func parseEvents(t *testing.T, data []byte) map[string]Event {
+func parseEvents(t *testing.T, data []byte) map[string]progress.Event {
 	t.Helper()
-	last := map[string]Event{}
+	last := map[string]progress.Event{}
 	started := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
-		var e Event
+		var e progress.Event
 		dec := json.NewDecoder(strings.NewReader(sc.Text()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil {
@@ -123,12 +127,12 @@ func parseEvents(t *testing.T, data []byte) map[string]Event {
 // up to date. A second build then writes nothing: no step starts and every
 // artifact keeps its inode and change time.
 func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image")
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	opts := Options{OutputDir: out, CacheDir: sharedCacheDir(t), ProgressMode: ModeJSON}
+	opts := Options{OutputDir: out, CacheDir: cache.DefaultDir(), ProgressMode: progress.ModeJSON}
 	var events bytes.Buffer
 	opts.Progress = &events
 	m, err := Build(context.Background(), loadTestRecipe(t), opts)
@@ -189,21 +193,21 @@ func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
 // (hard links: same inodes) and writes the rest; the result is byte for
 // byte what a build into an empty directory writes.
 func TestReuseGivesWrittenBytes(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image")
 	}
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "out")
 	var log bytes.Buffer
-	opts := Options{OutputDir: out, CacheDir: sharedCacheDir(t), Progress: &log}
+	opts := Options{OutputDir: out, CacheDir: cache.DefaultDir(), Progress: &log}
 	if _, err := Build(context.Background(), loadTestRecipe(t), opts); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]sealedFile{}
-	for _, name := range []string{fileRootfs, fileInitrd, fileUKI} {
+	for _, name := range []string{artifacts.FileRootfs, artifacts.FileInitrd, artifacts.FileUKI} {
 		id, err := identity(filepath.Join(out, name))
-		mustDo(t, err)
+		buildertest.Must(t, err)
 		before[name] = id
 	}
 	changed := func() *recipe.Recipe {
@@ -213,10 +217,10 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 	}
 	log.Reset()
 	reused, err := Build(context.Background(), changed(), opts)
-	mustDo(t, err)
-	for _, name := range []string{fileRootfs, fileInitrd} {
+	buildertest.Must(t, err)
+	for _, name := range []string{artifacts.FileRootfs, artifacts.FileInitrd} {
 		id, err := identity(filepath.Join(out, name))
-		mustDo(t, err)
+		buildertest.Must(t, err)
 		if id.Ino != before[name].Ino {
 			t.Errorf("%s was written again, want it taken from the previous output", name)
 		}
@@ -224,11 +228,11 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 			t.Errorf("the build did not say it reused %s:\n%s", name, log.String())
 		}
 	}
-	if id, _ := identity(filepath.Join(out, fileUKI)); id.Ino == before[fileUKI].Ino {
+	if id, _ := identity(filepath.Join(out, artifacts.FileUKI)); id.Ino == before[artifacts.FileUKI].Ino {
 		t.Error("the UKI, whose command line changed, was reused")
 	}
 	fresh, err := Build(context.Background(), changed(), Options{OutputDir: filepath.Join(tmp, "fresh"), CacheDir: opts.CacheDir})
-	mustDo(t, err)
+	buildertest.Must(t, err)
 	if !reflect.DeepEqual(reused.Artifacts, fresh.Artifacts) {
 		t.Errorf("reusing build:\n%+v\nfresh build:\n%+v", reused.Artifacts, fresh.Artifacts)
 	}
@@ -248,7 +252,7 @@ func fakeOutput(t *testing.T, key string) (dir string, m osimage.BuildManifest) 
 	m = osimage.BuildManifest{Recipe: "test", InputKey: key}
 	for _, f := range []struct{ name, data string }{{"vmlinuz", "kernel"}, {"disk.raw", strings.Repeat("disk", 1000)}} {
 		p := testutil.WriteFile(t, dir, f.name, []byte(f.data))
-		d, _ := digestFile(p)
+		d, _ := filehash.SHA256(p)
 		m.Artifacts = append(m.Artifacts, osimage.Artifact{Kind: "x", Path: f.name, Size: int64(len(f.data)), SHA256: d})
 	}
 	data, _ := json.Marshal(m)
@@ -330,7 +334,7 @@ func TestUpToDate(t *testing.T) {
 // stopped (not waited for: it takes minutes), leave no process behind, and
 // the previous output and the cache stay as they were.
 func TestFailingStepCancelsSiblings(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("starts mmdebstrap")
 	}
@@ -359,7 +363,7 @@ func TestFailingStepCancelsSiblings(t *testing.T) {
 	t.Setenv("GONOSUMDB", "example.invalid")
 	var log bytes.Buffer
 	start := time.Now()
-	_, err := Build(context.Background(), r, Options{OutputDir: old, CacheDir: cacheDir, Jobs: 2, Progress: &log, ProgressMode: ModePlain})
+	_, err := Build(context.Background(), r, Options{OutputDir: old, CacheDir: cacheDir, Jobs: 2, Progress: &log, ProgressMode: progress.ModePlain})
 	took := time.Since(start)
 	if err == nil || !strings.Contains(err.Error(), "go:example.invalid/osb/none@v0.0.1: layer test-hello") {
 		t.Fatalf("build = %v, want the go step's failure", err)
@@ -416,62 +420,6 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
-}
-
-// TestDpkgCounter follows mmdebstrap --verbose through the shape of a real
-// bootstrap's apt and dpkg lines: apt downloads every package, dpkg
-// unpacks and configures the essential set, a second apt run the rest.
-func TestDpkgCounter(t *testing.T) {
-	steps := []struct {
-		line        string
-		done, total int64
-	}{
-		{"Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]", 0, 0},
-		{"0 upgraded, 5 newly installed, 0 to remove and 0 not upgraded.", 0, 5},
-		{"Get:1 http://deb.debian.org/debian bookworm/main amd64 libc6 amd64 2.36-9 [2757 kB]", 0, 5},
-		{"Get:2 http://deb.debian.org/debian bookworm/main amd64 base-files amd64 12.4 [70.8 kB]", 0, 5},
-		{"Get:3 http://deb.debian.org/debian bookworm/main amd64 dpkg amd64 1.21.22 [1554 kB]", 1, 5},
-		{"Get:4 http://deb.debian.org/debian bookworm/main amd64 kmod amd64 30 [93 kB]", 1, 5},
-		{"Get:5 http://deb.debian.org/debian bookworm/main amd64 udev amd64 252 [1700 kB]", 1, 5},
-		{"Unpacking libc6:amd64 (2.36-9) ...", 2, 5},
-		{"Unpacking base-files (12.4) ...", 2, 5},
-		{"Unpacking dpkg (1.21.22) ...", 2, 5},
-		{"Setting up libc6:amd64 (2.36-9) ...", 3, 5},
-		{"Setting up base-files (12.4) ...", 3, 5},
-		{"Setting up dpkg (1.21.22) ...", 3, 5},
-		{"0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.", 3, 5},
-		{"Unpacking kmod (30) ...", 4, 5},
-		{"Setting up kmod (30) ...", 4, 5},
-		{"Unpacking udev (252) ...", 4, 5},
-		{"Setting up udev (252) ...", 5, 5},
-	}
-	var c dpkgCounter
-	var done, total int64
-	for _, s := range steps {
-		c.count(s.line, &done, &total)
-		if done != s.done || total != s.total {
-			t.Errorf("after %q: %d of %d, want %d of %d", s.line, done, total, s.done, s.total)
-		}
-	}
-}
-
-// FuzzDpkgProgress: mmdebstrap's output is outside bytes; whatever it
-// prints, progress never runs past its total nor backwards.
-func FuzzDpkgProgress(f *testing.F) {
-	f.Add([]byte("0 upgraded, 2 newly installed, 0 to remove\nGet:1 x\nUnpacking a\nSetting up a\nSetting up b\nSetting up c\n"))
-	f.Add([]byte("99999999999999999999 upgraded, 99999999999999999999 newly installed\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c := &dpkgCounter{}
-		lc := &lineCounter{ctx: context.Background(), unit: "packages", count: c.count}
-		var last int64
-		for chunk := range slices.Chunk(data, 7) {
-			lc.Write(chunk)
-			if lc.done < last || (lc.total > 0 && lc.done > lc.total) || lc.done < 0 {
-				t.Fatalf("progress %d of %d after %d", lc.done, lc.total, last)
-			}
-			last = lc.done
-		}
-	})
 }
 
 // FuzzSeal: a seal file is read back from the cache directory; whatever it

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/ignition"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -71,7 +72,7 @@ func e2eNode(apiServer string) ignition.Node {
 // (nothing waits in "activating"); no unit failed.
 func TestHypervisorBoot(t *testing.T) {
 	out := hypervisorOutput(t)
-	requireTools(t, "qemu-system-x86_64")
+	buildertest.RequireTools(t, "qemu-system-x86_64")
 	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
@@ -60,7 +61,7 @@ func waitAll(t *testing.T, ctx context.Context, vm *qemu.VM, lines ...string) {
 // waits.
 func TestHypervisorBootNoNIC(t *testing.T) {
 	out := hypervisorOutput(t)
-	requireTools(t, "qemu-system-x86_64")
+	buildertest.RequireTools(t, "qemu-system-x86_64")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -87,7 +88,7 @@ func TestHypervisorBootNoNIC(t *testing.T) {
 // waits for its API server, and no unit failed.
 func TestHypervisorBootLinkDown(t *testing.T) {
 	out := hypervisorOutput(t)
-	requireTools(t, "qemu-system-x86_64")
+	buildertest.RequireTools(t, "qemu-system-x86_64")
 	url := serveNode(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -180,7 +181,7 @@ func consoleLine(vm *qemu.VM, s string) string {
 // exits 75 (the units' restart-to-reload code) once they appear; as an
 // ExecCondition= (no program) it skips the unit.
 func TestAwaitConfig(t *testing.T) {
-	script := filepath.Join(repoRoot(t), "recipes/layers/files/ironcore/await-config")
+	script := filepath.Join(buildertest.RepoRoot(t), "recipes/layers/files/ironcore/await-config")
 	dir := t.TempDir()
 	env, classes := filepath.Join(dir, "p.env"), filepath.Join(dir, "classes.yaml")
 
@@ -239,8 +240,8 @@ func TestAwaitConfig(t *testing.T) {
 // TestAwaitEndpoint: the peer wait logs what it waits for, then runs the
 // program once the peer answers.
 func TestAwaitEndpoint(t *testing.T) {
-	requireTools(t, "bash")
-	script := filepath.Join(repoRoot(t), "recipes/layers/files/ironcore/await-endpoint")
+	buildertest.RequireTools(t, "bash")
+	script := filepath.Join(buildertest.RepoRoot(t), "recipes/layers/files/ironcore/await-endpoint")
 	sock := filepath.Join(t.TempDir(), "peer.sock")
 	cmd := exec.Command(script, "poollet", "provider", "unix:"+sock, "--", "echo", "started")
 	var out strings.Builder

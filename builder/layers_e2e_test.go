@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -76,12 +80,12 @@ func stackParts(t *testing.T, p string) []rootstack.Part {
 // rebuilt disk.raw and the rebuilt kernel + initrd boot with the changed
 // unit running.
 func TestOneUnitRebuildBoots(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
 	if testing.Short() {
 		t.Skip("builds the test recipe and boots it twice")
 	}
-	tree := copyRecipeTree(t)
-	cacheDir := sharedCacheDir(t) // reuse the packages
+	tree := buildertest.CopyRecipeTree(t)
+	cacheDir := cache.DefaultDir() // reuse the packages
 	before, after := filepath.Join(tree, "out-before"), filepath.Join(tree, "out-after")
 	buildTree(t, tree, before, cacheDir)
 
@@ -113,35 +117,35 @@ func TestOneUnitRebuildBoots(t *testing.T) {
 	}
 
 	// The base is reused byte for byte, the top layer is new.
-	pb, pa := stackParts(t, filepath.Join(before, fileRootfs)), stackParts(t, filepath.Join(after, fileRootfs))
+	pb, pa := stackParts(t, filepath.Join(before, artifacts.FileRootfs)), stackParts(t, filepath.Join(after, artifacts.FileRootfs))
 	if len(pb) != 2 || len(pa) != 2 {
 		t.Fatalf("root stacks of %d and %d parts, want 2", len(pb), len(pa))
 	}
-	if pb[0] != pa[0] || rangeSum(t, filepath.Join(before, fileRootfs), pb[0].Offset, pb[0].Size) != rangeSum(t, filepath.Join(after, fileRootfs), pa[0].Offset, pa[0].Size) {
+	if pb[0] != pa[0] || rangeSum(t, filepath.Join(before, artifacts.FileRootfs), pb[0].Offset, pb[0].Size) != rangeSum(t, filepath.Join(after, artifacts.FileRootfs), pa[0].Offset, pa[0].Size) {
 		t.Error("the base layer changed with one unit")
 	}
-	if pb[1] == pa[1] && rangeSum(t, filepath.Join(before, fileRootfs), pb[1].Offset, pb[1].Size) == rangeSum(t, filepath.Join(after, fileRootfs), pa[1].Offset, pa[1].Size) {
+	if pb[1] == pa[1] && rangeSum(t, filepath.Join(before, artifacts.FileRootfs), pb[1].Offset, pb[1].Size) == rangeSum(t, filepath.Join(after, artifacts.FileRootfs), pa[1].Offset, pa[1].Size) {
 		t.Error("the top layer did not change with the unit")
 	}
 	seg := pb[0].Size // the base segment is at least the base image long
-	if rangeSum(t, filepath.Join(before, fileInitrd), 0, seg) != rangeSum(t, filepath.Join(after, fileInitrd), 0, seg) {
+	if rangeSum(t, filepath.Join(before, artifacts.FileInitrd), 0, seg) != rangeSum(t, filepath.Join(after, artifacts.FileInitrd), 0, seg) {
 		t.Error("the live initrd's base segment changed with one unit")
 	}
 
 	greeting := "os-builder: hello from layer, " + marker
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(after, fileDisk), disk); err != nil {
+	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(after, artifacts.FileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root", greeting)
 	vm.Stop()
-	cmdline, err := os.ReadFile(filepath.Join(after, fileCmdline))
+	cmdline, err := os.ReadFile(filepath.Join(after, artifacts.FileCmdline))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bootAndExpect(t, qemu.Config{
-		Kernel: filepath.Join(after, fileKernel),
-		Initrd: filepath.Join(after, fileInitrd),
+		Kernel: filepath.Join(after, artifacts.FileKernel),
+		Initrd: filepath.Join(after, artifacts.FileInitrd),
 		Append: strings.TrimSpace(string(cmdline)),
 	}, "root=initrd", greeting)
 }

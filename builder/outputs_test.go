@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -99,7 +101,7 @@ func TestCheckOutputDir(t *testing.T) {
 // swap the directory out and delete what it held. Build must refuse before
 // any step runs, and the files must survive.
 func TestBuildRefusesForeignOutput(t *testing.T) {
-	r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(t), "recipes/test.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,21 +130,21 @@ func TestBuildRefusesForeignOutput(t *testing.T) {
 // addUnreachableSource gives r an image source on a closed port, so that a
 // build fails at the preflight, within a second.
 func addUnreachableSource(t *testing.T, r *recipe.Recipe) {
-	img := closedPort(t) + "/osb/none@sha256:" + strings.Repeat("0", 64)
+	img := buildertest.ClosedPort(t) + "/osb/none@sha256:" + strings.Repeat("0", 64)
 	r.Resolved[0].OCI = append(r.Resolved[0].OCI, recipe.OCISource{Image: img, Paths: map[string]string{"/a": "/a"}})
 }
 
 // TestOutputReplacement builds into an empty directory, then over that
 // earlier output; a failed build after that leaves it as it was.
 func TestOutputReplacement(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image")
 	}
 	out := t.TempDir() // empty
-	cacheDir := sharedCacheDir(t)
+	cacheDir := cache.DefaultDir()
 	build := func(broken bool, version string) error {
-		r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+		r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(t), "recipes/test.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,34 +210,4 @@ func FuzzOutputManifest(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestArtifactDirWriteFile: a writer that writes at offsets gets a new
-// file and its sum recorded; one that fails leaves no file, and an
-// existing file is never written over.
-func TestArtifactDirWriteFile(t *testing.T) {
-	d := newArtifactDir(t.TempDir())
-	err := d.writeFile("ok.img", func(f *os.File) (string, error) {
-		_, err := f.WriteAt([]byte("x"), 4096)
-		return "sum", err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := os.Stat(filepath.Join(d.dir, "ok.img")); err != nil || fi.Size() != 4097 || d.sums["ok.img"] != "sum" {
-		t.Errorf("file %v (%v), sum %q", fi, err, d.sums["ok.img"])
-	}
-	err = d.writeFile("bad.img", func(f *os.File) (string, error) {
-		f.WriteAt([]byte("x"), 0)
-		return "", errors.New("writer failed")
-	})
-	if err == nil || !strings.Contains(err.Error(), "writer failed") {
-		t.Errorf("err = %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(d.dir, "bad.img")); !os.IsNotExist(err) {
-		t.Errorf("a failed writer left its file: %v", err)
-	}
-	if err := d.writeFile("ok.img", func(*os.File) (string, error) { return "", nil }); err == nil {
-		t.Error("wrote over an existing file")
-	}
 }

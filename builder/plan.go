@@ -45,39 +45,26 @@ type PlanStep struct {
 // computed from the cached output. Nothing is built or written.
 func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, error) {
 	opts.Progress = nil
-	b, store, err := newBuild(r, opts)
+	b, err := prepare(ctx, r, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer b.log.Close()
-	if b.pinned, err = PinSources(ctx, r, b.opts.Locked, b.log.Infof); err != nil {
-		return nil, err
-	}
-	if b.key, err = b.inputKey(); err != nil {
-		return nil, err
-	}
 	p := &Plan{Recipe: r.Name, Output: b.opts.OutputDir, InputKey: b.key}
-	if !b.opts.NoCache {
-		if _, p.UpToDate, err = upToDate(b.opts.OutputDir, b.key, store, b.opts.Verify, false); err != nil {
-			return nil, err
-		}
-	}
-	art, err := b.signedArtifactInputs()
-	if err != nil {
-		return nil, err
-	}
-	f := &flow{art: art}
 	var prev *previousOutput
 	if !b.opts.NoCache {
+		if _, p.UpToDate, err = upToDate(b.opts.OutputDir, b.key, b.store, b.opts.Verify, false); err != nil {
+			return nil, err
+		}
 		if final, err := filepath.Abs(b.opts.OutputDir); err == nil {
-			prev = readPreviousOutput(store, final)
+			prev = readPreviousOutput(b.store, final)
 		}
 	}
-	ns := b.nodes(f, "")
+	ns, _ := b.table("")
 	g := graph.New()
 	byName := map[string]node{}
 	for _, n := range ns {
-		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps}); err != nil {
+		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps()}); err != nil {
 			return nil, err
 		}
 		byName[n.name] = n
@@ -89,9 +76,12 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 	resolved := map[string]bool{}
 	for _, gn := range order {
 		n := byName[gn.Name]
-		ps := PlanStep{Step: n.name, Deps: append([]string{}, n.deps...), Jobs: max(n.jobs, 1), MemMiB: n.mem}
+		ps := PlanStep{Step: n.name, Deps: n.deps(), Jobs: max(n.jobs, 1), MemMiB: n.mem}
+		if ps.Deps == nil {
+			ps.Deps = []string{}
+		}
 		ready := true
-		for _, d := range n.deps {
+		for _, d := range ps.Deps {
 			ready = ready && resolved[d]
 		}
 		switch {
@@ -101,20 +91,20 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 				break
 			}
 			resolved[n.name] = true // its key is made of resolved outputs
-			if w := n.writer; !b.opts.NoCache && len(w.ships) > 0 {
-				key, err := w.key()
+			if w := n.writer; !b.opts.NoCache && len(w.Ships) > 0 {
+				key, err := w.Key()
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", n.name, err)
 				}
 				ps.Key = key
-				if prev.has(key, w.ships) {
+				if prev.has(key, w.Ships) {
 					ps.Cache = "reuse"
 				}
 			}
 		case !ready:
 			ps.Cache = "pending"
 		default:
-			s, err := n.make()
+			s, err := n.step()
 			if err != nil {
 				return nil, err
 			}
@@ -123,12 +113,12 @@ func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, erro
 				return nil, fmt.Errorf("%s: inputs: %w", n.name, err)
 			}
 			ps.Key = in.Key()
-			dir, hit := store.Lookup(ps.Key)
+			dir, hit := b.store.Lookup(ps.Key)
 			switch {
 			case b.opts.NoCache:
 				ps.Cache = "no-cache"
 			case hit:
-				if err := n.use(dir); err != nil {
+				if err := n.done(s, dir); err != nil {
 					return nil, fmt.Errorf("%s: %w", n.name, err)
 				}
 				ps.Cache, resolved[n.name] = "hit", true

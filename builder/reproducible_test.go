@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -12,12 +13,12 @@ import (
 // TestReproducibleFromScratch builds the test recipe twice with no cache at
 // all, into separate directories: every artifact must have the same sha256.
 func TestReproducibleFromScratch(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image twice from scratch")
 	}
 	build := func() *osimage.BuildManifest {
-		r, err := recipe.Load(filepath.Join(repoRoot(t), "recipes/test.yaml"))
+		r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(t), "recipes/test.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/boundedfile"
@@ -28,26 +27,6 @@ import (
 // the staging directory instead of writing them again; the manifest's
 // digests come along. Without a cache (--no-cache) the inputs are not
 // named by keys and nothing is reused.
-
-// writerVersion is part of every writer key: bump it when a writer's
-// output changes for the same inputs (the executable digest covers builds
-// by another builder).
-const writerVersion = "1"
-
-// writerKey digests a writer's inputs.
-func writerKey(name string, parts ...string) (string, error) {
-	exe, err := executableDigest()
-	if err != nil {
-		return "", err
-	}
-	var in cache.Inputs
-	in.Add("writer", name+"/"+writerVersion)
-	in.AddDigest("builder", exe)
-	for i, p := range parts {
-		in.Add(strconv.Itoa(i), p)
-	}
-	return in.Key(), nil
-}
 
 // previousOutput is what an earlier output directory offers for reuse.
 type previousOutput struct {

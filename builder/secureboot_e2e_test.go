@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/command"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -91,7 +93,7 @@ func TestSignedManifests(t *testing.T) {
 func TestSecureBootDisk(t *testing.T) {
 	out, vars := signedOutput(t)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(out, fileDisk), disk); err != nil {
+	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(out, artifacts.FileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	bootSecure(t, vars, qemu.Config{Disks: []string{disk}})
@@ -101,7 +103,7 @@ func TestSecureBootDisk(t *testing.T) {
 // firmware.
 func TestSecureBootISO(t *testing.T) {
 	out, vars := signedOutput(t)
-	bootSecure(t, vars, qemu.Config{CDROM: filepath.Join(out, fileISO)})
+	bootSecure(t, vars, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
 }
 
 // TestSecureBootHTTPMeasured boots the signed uki.efi by UEFI HTTP boot
@@ -113,7 +115,7 @@ func TestSecureBootISO(t *testing.T) {
 func TestSecureBootHTTPMeasured(t *testing.T) {
 	out, vars := signedOutput(t)
 	testutil.RequireTool(t, qemu.SWTPMBinary)
-	ukiPath := filepath.Join(out, fileUKI)
+	ukiPath := filepath.Join(out, artifacts.FileUKI)
 	want, err := uki.PredictPCR11(testutil.ReadFile(t, ukiPath), "sysinit:ready")
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +179,7 @@ func TestSecureBootHTTPMeasured(t *testing.T) {
 func TestSecureBootRefusesUnsignedImage(t *testing.T) {
 	_, vars := signedOutput(t)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), fileDisk), disk); err != nil {
+	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), artifacts.FileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/cache"
 )
 
@@ -42,7 +43,7 @@ func TestFailedRememberIsNotABuildError(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	r := cachedRunner{store: store, scope: "test", log: NewReporter(&log, false)}
+	r := cachedRunner{store: store, scope: "test", log: progress.New(&log, false, progress.ModeAuto)}
 	step := &writeStep{}
 	for i, what := range []string{"fill", "hit"} {
 		out, err := r.Run(context.Background(), step)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -15,11 +18,11 @@ import (
 // of bookworm (a newer systemd, kernel and merged /usr) and boots its live
 // kernel + initrd to multi-user.
 func TestTrixieBuildsAndBoots(t *testing.T) {
-	requireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
+	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
 	if testing.Short() {
 		t.Skip("builds an image")
 	}
-	tree := copyRecipeTree(t)
+	tree := buildertest.CopyRecipeTree(t)
 	path := filepath.Join(tree, "recipes/test.yaml")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -38,9 +41,9 @@ func TestTrixieBuildsAndBoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Outputs = []string{"pxe"}
+	r.Outputs = []recipe.Output{recipe.OutputPXE}
 	out := filepath.Join(tree, "out")
-	m, err := Build(context.Background(), r, Options{OutputDir: out, CacheDir: sharedCacheDir(t)})
+	m, err := Build(context.Background(), r, Options{OutputDir: out, CacheDir: cache.DefaultDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +51,8 @@ func TestTrixieBuildsAndBoots(t *testing.T) {
 		t.Fatalf("built %q, want trixie", m.OSRelease["VERSION_CODENAME"])
 	}
 	bootAndExpect(t, qemu.Config{
-		Kernel: filepath.Join(out, fileKernel),
-		Initrd: filepath.Join(out, fileInitrd),
+		Kernel: filepath.Join(out, artifacts.FileKernel),
+		Initrd: filepath.Join(out, artifacts.FileInitrd),
 		Append: m.Cmdline,
 	}, "Debian GNU/Linux 13")
 }

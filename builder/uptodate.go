@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/ironcore-dev/os-builder/internal/boundedfile"
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -43,36 +44,32 @@ import (
 // inputKey is the build's input key (see above).
 func (b *build) inputKey() (string, error) {
 	var in cache.Inputs
-	exe, err := executableDigest()
-	if err != nil {
-		return "", fmt.Errorf("input key: %w", err)
-	}
-	in.AddDigest("builder", exe)
+	in.AddDigest("builder", b.exe)
 	rendered, err := recipe.Render(b.r, "json")
 	if err != nil {
 		return "", fmt.Errorf("input key: %w", err)
 	}
 	in.Add("recipe", string(rendered))
 	for _, f := range b.r.Files() {
-		d, err := digestTree(f.Source)
+		d, err := filehash.Tree(f.Source)
 		if err != nil {
 			return "", fmt.Errorf("file %s: %w", f.Source, err)
 		}
 		in.AddDigest("file:"+f.Destination, d)
 	}
 	for _, u := range b.r.Units() {
-		d, err := digestFile(u.Path)
+		d, err := filehash.SHA256(u.Path)
 		if err != nil {
 			return "", fmt.Errorf("unit %s: %w", u.Name, err)
 		}
 		in.AddDigest("unit:"+u.Name, d)
 	}
-	f := &flow{art: b.artifactInputs()}
-	for _, n := range b.nodes(f, "") {
-		if n.writer != nil || len(n.deps) > 0 {
+	ns, _ := b.table("")
+	for _, n := range ns {
+		if n.writer != nil || len(n.needs) > 0 {
 			continue // made of the steps before it and the inputs above
 		}
-		s, err := n.make()
+		s, err := n.step()
 		if err != nil {
 			return "", err
 		}
@@ -88,7 +85,7 @@ func (b *build) inputKey() (string, error) {
 		if p == "" {
 			continue
 		}
-		d, err := digestFile(p)
+		d, err := filehash.SHA256(p)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", name, err)
 		}
@@ -102,7 +99,7 @@ var exeDigest = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return digestFile(p)
+	return filehash.SHA256(p)
 })
 
 // executableDigest is the sha256 of the running builder, hashed once per
@@ -211,7 +208,7 @@ func upToDate(dir, key string, store *cache.Store, verify, reseal bool) (*osimag
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() || fi.Size() != a.Size {
 			return nil, false, nil
 		}
-		if d, err := digestFile(p); err != nil || d != a.SHA256 {
+		if d, err := filehash.SHA256(p); err != nil || d != a.SHA256 {
 			return nil, false, nil
 		}
 	}

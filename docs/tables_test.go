@@ -134,7 +134,7 @@ func TestOneDefaultCacheDir(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^[^#\n]*OSB_CACHE_DIR\s*[?:]?=.*$`).Find(mk); m != nil {
 		t.Errorf("Makefile sets its own cache directory: %s", m)
 	}
-	// Tests and benchmarks use builder.DefaultCacheDir too (they had their
+	// Tests and benchmarks use cache.DefaultDir too (they had their
 	// own fallback, $TMPDIR/os-builder-test-cache).
 	ownCache := regexp.MustCompile(`"os-builder[a-z-]*-cache"`)
 	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
@@ -144,7 +144,7 @@ func TestOneDefaultCacheDir(t *testing.T) {
 		if d.IsDir() && path != ".." && (d.Name() == "out" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == filepath.Join("..", "builder", "build.go") {
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || path == filepath.Join("..", "cache", "dir.go") {
 			return nil
 		}
 		if b, err := os.ReadFile(path); err == nil && ownCache.Match(b) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
@@ -32,7 +32,7 @@ const (
 // under tools/, so CI builds it once per cache.
 func ironcoreImageBinary(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(builder.DefaultCacheDir(), "tools", "ironcore-image@"+ironcoreImageVersion)
+	dir := filepath.Join(cache.DefaultDir(), "tools", "ironcore-image@"+ironcoreImageVersion)
 	bin := filepath.Join(dir, "ironcore-image")
 	if _, err := os.Stat(bin); err == nil {
 		return bin

@@ -19,7 +19,6 @@ const (
 	DefaultMirror       = "http://deb.debian.org/debian"
 	DefaultComponent    = "main"
 	DefaultUnitsDir     = "../units"
-	DefaultOutput       = "pxe"
 	DefaultGoPackage    = "."
 )
 
@@ -115,7 +114,7 @@ func applyRecipeDefaults(r *Recipe) {
 		r.UnitsDir = DefaultUnitsDir
 	}
 	if len(r.Outputs) == 0 {
-		r.Outputs = []string{DefaultOutput}
+		r.Outputs = []Output{DefaultOutput}
 	}
 }
 

@@ -57,7 +57,7 @@ func TestLoadRealTestRecipe(t *testing.T) {
 	if users := r.Users(); len(users) != 1 || users[0].Name != "osb-test" {
 		t.Errorf("Users() = %+v", users)
 	}
-	if !slices.Equal(r.Outputs, []string{"pxe", "uki", "disk", "iso"}) {
+	if !slices.Equal(r.Outputs, Outputs) {
 		t.Errorf("Outputs = %v", r.Outputs)
 	}
 }

@@ -16,7 +16,7 @@ type rendered struct {
 	Base     Base     `json:"base"`
 	UnitsDir string   `json:"unitsDir"`
 	Kernel   Kernel   `json:"kernel"`
-	Outputs  []string `json:"outputs"`
+	Outputs  []Output `json:"outputs"`
 	Exclude  []string `json:"exclude,omitempty"`
 	// Disk and PersistRequired: the effective values.
 	Disk            Disk    `json:"disk"`

@@ -19,7 +19,7 @@ type Recipe struct {
 	// Kernel configures the live kernel command line.
 	Kernel Kernel `json:"kernel,omitempty"`
 	// Outputs chooses the artifacts: pxe (default), uki, disk, iso.
-	Outputs []string `json:"outputs,omitempty"`
+	Outputs []Output `json:"outputs,omitempty"`
 	// Exclude names layers to leave out of this build (also settable from the
 	// CLI); what was left out is recorded in the output manifest.
 	Exclude []string `json:"exclude,omitempty"`

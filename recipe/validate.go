@@ -24,7 +24,6 @@ var (
 	Distributions = []string{"debian"}
 	Releases      = []string{"bookworm", "trixie"}
 	Architectures = []string{"amd64", "arm64"}
-	Outputs       = []string{"pxe", "uki", "disk", "iso"}
 )
 
 var (
@@ -89,7 +88,13 @@ func validateRecipe(r *Recipe, doc *document, p *problems) {
 	}
 	for i, o := range r.Outputs {
 		field := fmt.Sprintf("outputs[%d]", i)
-		oneOf(p, doc, field, o, Outputs)
+		if !slices.Contains(Outputs, o) {
+			var names []string
+			for _, k := range Outputs {
+				names = append(names, string(k))
+			}
+			p.addf(doc, field, "%q is not supported (one of: %s)", o, strings.Join(names, ", "))
+		}
 		if slices.Index(r.Outputs, o) < i {
 			p.addf(doc, field, "%q listed twice", o)
 		}

@@ -11,13 +11,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/cache"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 )
 
 // defaultCacheDir is the one description of the default cache directory
-// (builder.DefaultCacheDir); README.md, the Makefile and --help say it.
+// (cache.DefaultDir); README.md, the Makefile and --help say it.
 const defaultCacheDir = "$OSB_CACHE_DIR, else $XDG_CACHE_HOME/os-builder, else ~/.cache/os-builder"
 
 const cacheDirUsage = "cache directory (default " + defaultCacheDir + ")"
@@ -36,7 +37,7 @@ func newCache(stdout io.Writer) *cobra.Command {
 	cacheDirFlag(c.PersistentFlags(), &dir)
 	open := func() (*cache.Store, error) {
 		if dir == "" {
-			dir = builder.DefaultCacheDir()
+			dir = cache.DefaultDir()
 		}
 		return cache.Open(dir)
 	}
@@ -63,7 +64,7 @@ func newCache(stdout io.Writer) *cobra.Command {
 			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tSTEP\tSIZE\tCREATED")
 			for _, e := range entries {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, builder.HumanSize(e.Size), e.Created.Format(time.RFC3339))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Key[:12], e.Step, progress.HumanSize(e.Size), e.Created.Format(time.RFC3339))
 			}
 			return tw.Flush()
 		},
@@ -111,7 +112,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 				for _, e := range entries {
 					size += e.Size
 				}
-				q := fmt.Sprintf("remove every entry of the cache %s (%d entries, %s)?", *dir, len(entries), builder.HumanSize(size))
+				q := fmt.Sprintf("remove every entry of the cache %s (%d entries, %s)?", *dir, len(entries), progress.HumanSize(size))
 				if err := icli.Confirm(stdin, cmd.ErrOrStderr(), q, "--all (or --older-than DURATION)"); err != nil {
 					return err
 				}
@@ -121,7 +122,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 				return err
 			}
 			// The .debs kept between bootstraps go the same way.
-			debs, err := builder.PruneDebs(*dir, olderThan)
+			debs, err := rootfs.PruneDebs(*dir, olderThan)
 			if err != nil {
 				return err
 			}
@@ -129,7 +130,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 			if asJSON {
 				return icli.WriteJSON(stdout, pruneResult{Dir: *dir, FreedBytes: freed})
 			}
-			_, err = fmt.Fprintf(stdout, "freed %s\n", builder.HumanSize(freed))
+			_, err = fmt.Fprintf(stdout, "freed %s\n", progress.HumanSize(freed))
 			return err
 		},
 	}

@@ -7,7 +7,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
-	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/builder/sources"
+	"github.com/ironcore-dev/os-builder/cache"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 )
 
@@ -41,9 +42,9 @@ manifest digest still matches.`,
 			}
 			dir := *cacheDir
 			if dir == "" {
-				dir = builder.DefaultCacheDir()
+				dir = cache.DefaultDir()
 			}
-			st, err := builder.OpenOCIStore(builder.OCIStoreDir(dir))
+			st, err := sources.OpenOCIStore(sources.OCIStoreDir(dir))
 			if err != nil {
 				return err
 			}
@@ -52,9 +53,9 @@ manifest digest still matches.`,
 				return fmt.Errorf("import %s: %w", ref, err)
 			}
 			if asJSON {
-				return icli.WriteJSON(stdout, importResult{Image: ref.String(), Digest: d.Digest.String(), Store: builder.OCIStoreDir(dir)})
+				return icli.WriteJSON(stdout, importResult{Image: ref.String(), Digest: d.Digest.String(), Store: sources.OCIStoreDir(dir)})
 			}
-			_, err = fmt.Fprintf(stdout, "imported %s (%s) into %s\n", ref, d.Digest, builder.OCIStoreDir(dir))
+			_, err = fmt.Fprintf(stdout, "imported %s (%s) into %s\n", ref, d.Digest, sources.OCIStoreDir(dir))
 			return err
 		},
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/builder/sources"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -21,7 +21,7 @@ func init() {
 
 // lockUsage marks a --locked build refused for its lock as bad input.
 func lockUsage(err error) error {
-	var le *builder.LockError
+	var le *sources.LockError
 	if errors.As(err, &le) {
 		return usageError{err}
 	}
@@ -78,7 +78,7 @@ that cannot be resolved fails the command and nothing is written.`,
 			} else if err != nil {
 				return usageError{err}
 			}
-			next, changes, err := builder.UpdateLock(cmd.Context(), r, old, builder.LockOptions{Update: update, Layers: layers})
+			next, changes, err := sources.UpdateLock(cmd.Context(), r, old, sources.LockOptions{Update: update, Layers: layers})
 			if err != nil {
 				return err
 			}

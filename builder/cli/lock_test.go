@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -153,7 +153,7 @@ func TestLockedBuildManifest(t *testing.T) {
 		"recipes/test.yaml":         strings.Replace(string(b), "layers:\n", "layers:\n  - layers/tools.yaml\n", 1),
 		"recipes/layers/tools.yaml": toolsLayer(ref),
 	})
-	cacheDir := builder.DefaultCacheDir()
+	cacheDir := cache.DefaultDir()
 	out := filepath.Join(tree, "out")
 	build := func(want int, extra ...string) (string, *osimage.BuildManifest) {
 		t.Helper()

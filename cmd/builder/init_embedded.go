@@ -6,7 +6,6 @@ import (
 	"embed"
 	"io/fs"
 
-	"github.com/ironcore-dev/os-builder/builder"
 	"github.com/ironcore-dev/os-builder/initrd"
 )
 
@@ -17,7 +16,7 @@ import (
 //go:embed embedded/init-linux-amd64 embedded/init-linux-arm64
 var embedded embed.FS
 
-func carriedInit() builder.InitSource {
+func carriedInit() initrd.InitSource {
 	sub, err := fs.Sub(embedded, "embedded")
 	if err != nil {
 		panic(err) // a constant, valid path

@@ -2,8 +2,8 @@
 
 package main
 
-import "github.com/ironcore-dev/os-builder/builder"
+import "github.com/ironcore-dev/os-builder/initrd"
 
 // carriedInit: a builder from plain `go build` or `go install` carries no
 // init; it builds one from source (see initrd.SourceInit).
-func carriedInit() builder.InitSource { return nil }
+func carriedInit() initrd.InitSource { return nil }

@@ -1,6 +1,7 @@
-// Package filehash hashes files: the hex sha256 of a file's contents, and
-// the same with the file fsynced, for files about to be renamed into a
-// cache where they must be whole after a crash.
+// Package filehash hashes files: the hex sha256 of a file's contents, the
+// same with the file fsynced (for files about to be renamed into a cache
+// where they must be whole after a crash), and a tree's paths, modes and
+// contents (Tree).
 package filehash
 
 import (

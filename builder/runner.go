@@ -1,0 +1,77 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/step"
+	"github.com/ironcore-dev/os-builder/cache"
+)
+
+// cachedRunner is the runner of a build with a cache: it returns a step's
+// cached output when its inputs are unchanged and fills the cache
+// otherwise (the runner without a cache is step.Plain).
+type cachedRunner struct {
+	store *cache.Store
+	scope string // the recipe, so --explain compares like with like
+	log   *progress.Reporter
+}
+
+func (r cachedRunner) Run(ctx context.Context, s step.Step) (string, error) {
+	in, err := s.Inputs()
+	if err != nil {
+		return "", fmt.Errorf("inputs: %w", err)
+	}
+	key := in.Key()
+	name := progress.StepName(ctx, s.Name())
+	r.log.SetKey(name, key)
+	if dir, ok := r.store.Lookup(key); ok {
+		r.store.Touch(key)
+		r.log.Cached(name)
+		r.remember(s.Name(), in)
+		return dir, nil
+	}
+	if prev, ok := r.store.Previous(r.scope, s.Name()); ok {
+		r.log.Explain(s.Name(), "inputs changed: "+strings.Join(in.Diff(prev), ", "))
+	} else {
+		r.log.Explain(s.Name(), "not built before")
+	}
+	ran := false
+	dir, err := r.store.Fill(ctx, s.Name(), in, func(dir string) error { ran = true; return s.Run(ctx, dir) })
+	if err != nil {
+		return "", err
+	}
+	if !ran { // a concurrent build filled it while this one waited
+		r.log.Cached(name)
+	}
+	r.remember(s.Name(), in)
+	return dir, nil
+}
+
+// remember records the inputs for --explain. The step's output is good
+// either way, so a failure only costs the next build its explanation.
+func (r cachedRunner) remember(step string, in cache.Inputs) {
+	if err := r.store.Remember(r.scope, step, in); err != nil {
+		r.log.Infof("warning: %v (the next build cannot say why %s misses the cache)", err, step)
+	}
+}
+
+// bytesMetered reports the bytes its step has written so far as progress:
+// for steps whose tools say nothing while they write (mksquashfs, the
+// initrd writer).
+type bytesMetered struct {
+	step.Step
+	total func() int64 // an estimate of the final size; nil: unknown
+}
+
+func (s bytesMetered) Run(ctx context.Context, out string) error {
+	var total int64
+	if s.total != nil {
+		total = s.total()
+	}
+	stop := progress.WatchBytes(ctx, total, out)
+	defer stop()
+	return s.Step.Run(ctx, out)
+}
