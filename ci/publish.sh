@@ -8,7 +8,7 @@
 # Release refs are refs/heads/main and release tags refs/tags/v*; a tag
 # named "main" or a branch named "v1.2" is not one.
 # (docs/image-format.md, "Tags"), with an SBOM and SLSA provenance attached as
-# OCI referrers, then checks every pushed tag with `builder inspect --verify`
+# OCI referrers (signed with the build's --sign-key, if any), then checks every pushed tag with `builder inspect --verify`
 # (the pushed index is the one the output makes, SBOM and provenance attached
 # and about it) and lists it in $OUT_DIR/pushed.txt. Runs the same locally and in CI, e.g. against
 # a local registry:
@@ -52,9 +52,21 @@ fi
 ref=${GIT_REF:-$(git symbolic-ref -q HEAD || echo detached)}
 net_flags=()
 if [[ ${OS_IMAGES_INSECURE:-} == 1 ]]; then net_flags+=(--insecure); fi
+# The build's key and certificate also sign the SBOM and provenance push
+# attaches (DSSE envelopes that inspect --verify checks).
 signed=0
-for f in ${build_flags[@]+"${build_flags[@]}"}; do
-	if [[ $f == --sign-key || $f == --sign-key=* ]]; then signed=1; fi
+sign_flags=()
+for ((i = 0; i < ${#build_flags[@]}; i++)); do
+	f=${build_flags[i]}
+	case $f in
+	--sign-key | --sign-cert)
+		sign_flags+=("$f" "${build_flags[i + 1]:-}")
+		i=$((i + 1))
+		;;
+	--sign-key=* | --sign-cert=*) sign_flags+=("$f") ;;
+	*) continue ;;
+	esac
+	if [[ $f == --sign-key* ]]; then signed=1; fi
 done
 
 run() {
@@ -135,7 +147,7 @@ for recipe in "${recipes[@]}"; do
 	if [[ -n ${BUILDER_ID:-} ]]; then provenance+=(--builder-id "$BUILDER_ID"); fi
 	extra=()
 	for tag in "${tags[@]:1}"; do extra+=(--tag "$tag"); done
-	run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} "${provenance[@]}" "${extra[@]}" "$output" "$repo:${tags[0]}"
+	run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" "${extra[@]}" "$output" "$repo:${tags[0]}"
 	# Every tag must now name exactly this output, SBOM and provenance
 	# attached: no tag is trusted to be right because the push said so.
 	for tag in "${tags[@]}"; do

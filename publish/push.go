@@ -81,6 +81,19 @@ func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.
 	if err != nil {
 		return digest, err
 	}
+	if opts.Signer != nil {
+		var manifests []*osimage.BuildManifest
+		for _, d := range dirs {
+			m, err := osimage.ReadManifest(d)
+			if err != nil {
+				return digest, err
+			}
+			manifests = append(manifests, m)
+		}
+		if atts, err = signAttestations(atts, manifests, opts); err != nil {
+			return digest, err
+		}
+	}
 	if _, err := pushReferrers(ctx, ref.Context(), *subject, atts, opts); err != nil {
 		return digest, err
 	}

@@ -6,6 +6,8 @@ package publish
 
 import (
 	"context"
+	"crypto"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -43,6 +45,13 @@ type Options struct {
 	// Provenance is recorded in the provenance Push attaches to a
 	// registry push.
 	Provenance Provenance
+	// Signer and SignCert sign the SBOM and provenance Push attaches (DSSE
+	// envelopes, see dsse.go); nil: they are attached unsigned.
+	Signer   crypto.Signer
+	SignCert *x509.Certificate
+	// VerifyCert is a certificate Verify requires the attestations to be
+	// signed with, besides the one the output's UKIs are signed with.
+	VerifyCert *x509.Certificate
 }
 
 func (o Options) remoteOptions(ctx context.Context) []remote.Option {

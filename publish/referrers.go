@@ -3,7 +3,10 @@ package publish
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -28,9 +31,82 @@ const (
 // Attestation is one blob attached to an index as an OCI referrer.
 type Attestation struct {
 	ArtifactType string
-	Data         []byte
+	// MediaType is the blob's: ArtifactType when empty, DSSEMediaType for
+	// a signed document.
+	MediaType string
+	Data      []byte
 	// Annotations go on the referrer manifest.
 	Annotations map[string]string
+}
+
+// AnnotationSigningCert, on a signed attestation's referrer manifest, is
+// the signing certificate (base64 DER). It is trusted only as far as its
+// SHA-256 is the one the verifier expects (manifest.json's secureBoot or a
+// certificate it is given).
+const AnnotationSigningCert = "org.ironcore.image.attestation.certificate"
+
+// signAttestations wraps each attestation in a DSSE envelope signed by
+// opts.Signer. The certificate must be the one the outputs' UKIs are
+// signed with, where they are: one key vouches for the image.
+func signAttestations(atts []Attestation, manifests []*osimage.BuildManifest, opts Options) ([]Attestation, error) {
+	if opts.SignCert == nil {
+		return nil, errors.New("signing attestations: no certificate for the key")
+	}
+	id := CertificateID(opts.SignCert)
+	for _, m := range manifests {
+		if sb := m.SecureBoot; sb != nil && sb.Signed && sb.CertificateSHA256 != "" && sb.CertificateSHA256 != id {
+			return nil, fmt.Errorf("signing attestations: certificate %s is not the certificate the %s/%s output was signed with (%s)", id, m.Recipe, m.Architecture, sb.CertificateSHA256)
+		}
+	}
+	out := make([]Attestation, len(atts))
+	for i, a := range atts {
+		env, err := SignEnvelope(opts.Signer, opts.SignCert, a.ArtifactType, a.Data)
+		if err != nil {
+			return nil, err
+		}
+		ann := map[string]string{AnnotationSigningCert: base64.StdEncoding.EncodeToString(opts.SignCert.Raw)}
+		for k, v := range a.Annotations {
+			ann[k] = v
+		}
+		out[i] = Attestation{ArtifactType: a.ArtifactType, MediaType: DSSEMediaType, Data: env, Annotations: ann}
+	}
+	return out, nil
+}
+
+// Signature is how an attached document was signed: the certificate its
+// envelope verified under.
+type Signature struct {
+	KeyID       string            `json:"keyid"`
+	Certificate *x509.Certificate `json:"-"`
+}
+
+// openSigned checks a fetched attestation blob: a DSSE envelope must be of
+// the referrer's artifactType and verify under the certificate its
+// manifest carries; it returns the document and the signature (nil for
+// an unsigned document).
+func openSigned(f *fetched, artifactType string) ([]byte, *Signature, error) {
+	if f.mediaType != DSSEMediaType {
+		return f.data, nil, nil
+	}
+	env, payload, err := ParseEnvelope(f.data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if env.PayloadType != artifactType {
+		return nil, nil, fmt.Errorf("envelope of %s, listed as %s", env.PayloadType, artifactType)
+	}
+	der, err := base64.StdEncoding.DecodeString(f.annotations[AnnotationSigningCert])
+	if err != nil || len(der) == 0 {
+		return nil, nil, fmt.Errorf("signed %s without a certificate (%s)", artifactType, AnnotationSigningCert)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signed %s: certificate: %w", artifactType, err)
+	}
+	if err := env.Verify(cert); err != nil {
+		return nil, nil, err
+	}
+	return payload, &Signature{KeyID: CertificateID(cert), Certificate: cert}, nil
 }
 
 // Attestations returns the SBOM and the provenance statement for the
@@ -67,7 +143,11 @@ type referrerImage struct {
 }
 
 func newReferrerImage(a Attestation, subject v1.Descriptor) (v1.Image, error) {
-	layer := static.NewLayer(a.Data, types.MediaType(a.ArtifactType))
+	mt := a.MediaType
+	if mt == "" {
+		mt = a.ArtifactType
+	}
+	layer := static.NewLayer(a.Data, types.MediaType(mt))
 	ld, err := partial.Descriptor(layer)
 	if err != nil {
 		return nil, err
@@ -156,11 +236,19 @@ func listReferrers(ctx context.Context, repo name.Repository, digest v1.Hash, op
 	return out, nil
 }
 
+// fetched is an attestation blob with its media type and its referrer
+// manifest's annotations.
+type fetched struct {
+	data        []byte
+	mediaType   string
+	annotations map[string]string
+}
+
 // fetchAttestation reads the one blob of the referrer manifest r in repo
 // after checking that the manifest names subject and has r's artifactType;
 // the blob's size is bounded before it is read and its digest checked
 // while reading.
-func fetchAttestation(ctx context.Context, repo name.Repository, r Referrer, subject v1.Hash, opts Options) ([]byte, error) {
+func fetchAttestation(ctx context.Context, repo name.Repository, r Referrer, subject v1.Hash, opts Options) (*fetched, error) {
 	img, err := remote.Image(repo.Digest(r.Digest), opts.remoteOptions(ctx)...)
 	if err != nil {
 		return nil, fmt.Errorf("referrer %s: %w", r.Digest, err)
@@ -201,5 +289,5 @@ func fetchAttestation(ctx context.Context, repo name.Repository, r Referrer, sub
 	if err != nil {
 		return nil, fmt.Errorf("referrer %s blob: %w", r.Digest, err)
 	}
-	return b, nil
+	return &fetched{data: b, mediaType: string(ld.MediaType), annotations: mf.Annotations}, nil
 }

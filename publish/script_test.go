@@ -15,6 +15,7 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 var (
@@ -106,6 +107,12 @@ func TestPublishScript(t *testing.T) {
 	if err := os.WriteFile(recipe, []byte("name: hypervisor\nversion: \"1.2.0\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	keys := filepath.Join(tmp, "keys")
+	if err := uki.GenerateKey(keys, "publish test"); err != nil {
+		t.Fatal(err)
+	}
+	// The build is faked; push signs the SBOM and provenance with the key.
+	signFlags := fmt.Sprintf("--sign-key %s --sign-cert %s", filepath.Join(keys, uki.KeyFile), filepath.Join(keys, uki.CertFile))
 	for _, tc := range []struct {
 		branch   string
 		flags    string
@@ -113,7 +120,7 @@ func TestPublishScript(t *testing.T) {
 		unsigned bool
 	}{
 		{"feature", "", []string{"1.2.0-0123456-feature"}, true},
-		{"main", "--sign-key k --sign-cert c", []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
+		{"main", signFlags, []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
 	} {
 		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: fake, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
 		repo := host + "/script-" + tc.branch + "/os-images/hypervisor"
@@ -134,6 +141,13 @@ func TestPublishScript(t *testing.T) {
 				t.Fatalf("%s: %v\n%s", ref, err, log)
 			}
 			digests = append(digests, ins.Digest)
+			a, err := publish.FetchAttestations(context.Background(), ref, insecure)
+			if err != nil {
+				t.Fatalf("%s: %v", ref, err)
+			}
+			if signed := a.SBOMSignature != nil && a.ProvenanceSignature != nil; signed == tc.unsigned {
+				t.Errorf("%s: attestations signed %v, want %v", ref, signed, !tc.unsigned)
+			}
 		}
 		for _, d := range digests[1:] {
 			if d != digests[0] {

@@ -20,6 +20,9 @@ type Attested struct {
 	Provenance      *Statement
 	Predicate       *SLSAProvenance
 	ProvenanceBytes []byte
+	// SBOMSignature and ProvenanceSignature: how each was signed (its
+	// DSSE envelope verified), nil for an unsigned document.
+	SBOMSignature, ProvenanceSignature *Signature
 }
 
 // FetchAttestations lists the referrers of the index ref names in its
@@ -46,9 +49,14 @@ func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested
 		default:
 			continue
 		}
-		b, err := fetchAttestation(ctx, r.remote.Context(), rf, r.digest, opts)
+		f, err := fetchAttestation(ctx, r.remote.Context(), rf, r.digest, opts)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		// A signed document whose signature does not verify is no document.
+		b, sig, err := openSigned(f, rf.ArtifactType)
+		if err != nil {
+			return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
 		}
 		if rf.ArtifactType == ArtifactTypeSPDX {
 			if a.SBOM != nil {
@@ -57,7 +65,7 @@ func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested
 			if a.SBOM, err = ParseSBOM(b); err != nil {
 				return nil, fmt.Errorf("%s: referrer %s: %w", ref, rf.Digest, err)
 			}
-			a.SBOMBytes = b
+			a.SBOMBytes, a.SBOMSignature = b, sig
 			continue
 		}
 		if a.Provenance != nil {
@@ -69,7 +77,7 @@ func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested
 		if got := "sha256:" + a.Provenance.Subject[0].Digest["sha256"]; got != a.Digest {
 			return nil, fmt.Errorf("%s: provenance %s is about %s, not %s", ref, rf.Digest, got, a.Digest)
 		}
-		a.ProvenanceBytes = b
+		a.ProvenanceBytes, a.ProvenanceSignature = b, sig
 	}
 	var missing []string
 	if a.SBOM == nil {
@@ -120,6 +128,12 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 	if a.Digest != ins.Digest {
 		return ins, fmt.Errorf("%s moved from %s to %s while it was verified", ref, ins.Digest, a.Digest)
 	}
+	// The certificates the attestations must be signed with: the one the
+	// outputs' UKIs are signed with, and the one the caller pins.
+	signers := map[string]string{}
+	if opts.VerifyCert != nil {
+		signers[CertificateID(opts.VerifyCert)] = "the certificate given"
+	}
 	for _, d := range dirs {
 		m, err := osimage.ReadManifest(d)
 		if err != nil {
@@ -127,6 +141,22 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 		}
 		if err := sbomCovers(a.SBOM, m); err != nil {
 			return ins, fmt.Errorf("%s: %w", ref, err)
+		}
+		if sb := m.SecureBoot; sb != nil && sb.Signed && sb.CertificateSHA256 != "" {
+			signers[sb.CertificateSHA256] = "the certificate " + d + " is signed with"
+		}
+	}
+	for id, what := range signers {
+		for _, s := range []struct {
+			doc string
+			sig *Signature
+		}{{"SBOM", a.SBOMSignature}, {"provenance", a.ProvenanceSignature}} {
+			switch {
+			case s.sig == nil:
+				return ins, fmt.Errorf("%s: the %s is not signed; want a signature by %s (%s)", ref, s.doc, what, id)
+			case s.sig.KeyID != id:
+				return ins, fmt.Errorf("%s: the %s is signed with certificate %s, not %s (%s)", ref, s.doc, s.sig.KeyID, what, id)
+			}
 		}
 	}
 	return ins, nil

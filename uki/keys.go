@@ -119,19 +119,9 @@ func LoadSigner(keyPath, certPath string) (crypto.Signer, *x509.Certificate, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("uki: loading key %s: %w", keyPath, err)
 	}
-	certData, err := os.ReadFile(certPath)
+	cert, err := LoadCertificate(certPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("uki: loading certificate: %w", err)
-	}
-	if b, _ := pem.Decode(certData); b != nil {
-		if b.Type != "CERTIFICATE" {
-			return nil, nil, fmt.Errorf("uki: loading certificate %s: PEM block is %q, want CERTIFICATE", certPath, b.Type)
-		}
-		certData = b.Bytes
-	}
-	cert, err := x509.ParseCertificate(certData)
-	if err != nil {
-		return nil, nil, fmt.Errorf("uki: loading certificate %s: %w", certPath, err)
+		return nil, nil, err
 	}
 	type equaler interface{ Equal(crypto.PublicKey) bool }
 	if pub, ok := key.Public().(equaler); !ok || !pub.Equal(cert.PublicKey) {
@@ -166,6 +156,25 @@ func readPrivateKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("uki: loading key %s: larger than %d bytes", path, maxKeyFile)
 	}
 	return b, nil
+}
+
+// LoadCertificate reads a PEM or DER certificate.
+func LoadCertificate(certPath string) (*x509.Certificate, error) {
+	certData, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("uki: loading certificate: %w", err)
+	}
+	if b, _ := pem.Decode(certData); b != nil {
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("uki: loading certificate %s: PEM block is %q, want CERTIFICATE", certPath, b.Type)
+		}
+		certData = b.Bytes
+	}
+	cert, err := x509.ParseCertificate(certData)
+	if err != nil {
+		return nil, fmt.Errorf("uki: loading certificate %s: %w", certPath, err)
+	}
+	return cert, nil
 }
 
 func parsePrivateKey(data []byte) (crypto.Signer, error) {

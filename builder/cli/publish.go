@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -28,6 +29,7 @@ type pushResult struct {
 func newPush(stdout, _ io.Writer) *cobra.Command {
 	var opts publish.Options
 	var asJSON bool
+	var signKey, signCert string
 	c := &cobra.Command{
 		Use:   "push OUTPUT [REF]",
 		Short: "Publish a build output as an OCI image index (default: the OCI layout out/oci)",
@@ -37,6 +39,15 @@ for a local OCI layout; without REF it goes to oci:out/oci:<version>.
 Credentials come from the docker config and the environment, never from flags.`,
 		Args: icli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (signKey == "") != (signCert == "") {
+				return usageError{errors.New("--sign-key and --sign-cert go together")}
+			}
+			if signKey != "" {
+				var err error
+				if opts.Signer, opts.SignCert, err = uki.LoadSigner(signKey, signCert); err != nil {
+					return err
+				}
+			}
 			var ref string
 			if len(args) == 2 {
 				ref = args[1]
@@ -68,6 +79,8 @@ Credentials come from the docker config and the environment, never from flags.`,
 	c.Flags().StringVar(&opts.Provenance.SourceRepo, "source-repo", "", "provenance: source repository URI, e.g. git+https://github.com/ORG/REPO")
 	c.Flags().StringVar(&opts.Provenance.SourceCommit, "source-commit", "", "provenance: full git commit built")
 	c.Flags().StringVar(&opts.Provenance.BuilderID, "builder-id", "", "provenance: who ran the build, e.g. a CI run URL (default "+publish.DefaultBuilderID+")")
+	c.Flags().StringVar(&signKey, "sign-key", "", "sign the SBOM and provenance (DSSE) with this PEM key: the build's --sign-key")
+	c.Flags().StringVar(&signCert, "sign-cert", "", "PEM certificate for --sign-key: the build's --sign-cert")
 	return c
 }
 
@@ -75,11 +88,21 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 	var opts publish.Options
 	var asJSON bool
 	var verify []string
+	var signCert string
 	c := &cobra.Command{
 		Use:   "inspect REF",
 		Short: "Print an image's artifacts, boot identity and referrers (SBOM, provenance)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if signCert != "" {
+				if len(verify) == 0 {
+					return usageError{errors.New("--sign-cert needs --verify")}
+				}
+				var err error
+				if opts.VerifyCert, err = uki.LoadCertificate(signCert); err != nil {
+					return err
+				}
+			}
 			inspect := publish.Inspect
 			if len(verify) > 0 {
 				inspect = func(ctx context.Context, ref string, opts publish.Options) (*publish.Inspection, error) {
@@ -95,7 +118,8 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	icli.JSONFlag(c, &asJSON)
-	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached")
+	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
+	c.Flags().StringVar(&signCert, "sign-cert", "", "with --verify: the SBOM and provenance must be signed with this certificate")
 	return c
 }
 
