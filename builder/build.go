@@ -139,7 +139,7 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*build, error
 			return nil, fmt.Errorf("secure boot key: %w", err)
 		}
 	}
-	if b.pinned, err = sources.PinSources(ctx, r, opts.Locked, log.Infof); err != nil {
+	if b.r, b.pinned, err = sources.PinSources(ctx, r, opts.Locked, log.Infof); err != nil {
 		log.Close()
 		return nil, err
 	}

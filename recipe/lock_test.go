@@ -158,23 +158,31 @@ func TestSourcesAndStale(t *testing.T) {
 		t.Errorf("Errorf = %q", e)
 	}
 
-	// Pin gives the layer the digest: an image ref gains it, a module its sum.
+	// Pinned gives a copy's layer the digest: an image ref gains it, a
+	// module its sum; the recipe it was made from keeps its own.
+	var pins []SourcePin
 	for _, s := range r.Sources()[:3] {
+		d := sumA
 		if s.Kind == SourceOCI {
-			s.Pin(digestB)
-		} else {
-			s.Pin(sumA)
+			d = digestB
 		}
+		pins = append(pins, SourcePin{Source: s, Digest: d})
 	}
-	app := r.Resolved[0]
+	beforeOCI, beforeGo := r.Resolved[0].OCI[0].Image, r.Resolved[0].Go[0].Sum
+	pinned := r.Pinned(pins)
+	app := pinned.Resolved[0]
 	if app.OCI[0].Image != "ghcr.io/example/tools:v1@"+digestB || app.OCI[1].Image != "ghcr.io/example/pinned:v2@"+digestB || app.Go[0].Sum != sumA {
-		t.Errorf("after Pin: %+v %+v", app.OCI, app.Go)
+		t.Errorf("after Pinned: %+v %+v", app.OCI, app.Go)
 	}
-	// What Pin set is not the file's own digest: listed again, the sources
-	// are as the files have them (a second build of the same recipe value
-	// looks them up in the lock again).
+	if r.Resolved[0].OCI[0].Image != beforeOCI || r.Resolved[0].Go[0].Sum != beforeGo {
+		t.Errorf("Pinned changed the recipe it was given: %+v %+v", r.Resolved[0].OCI, r.Resolved[0].Go)
+	}
+	// What Pinned set is not the file's own digest: listed again, the
+	// copy's sources are as the files have them, located as before (a
+	// second build of the same recipe value looks them up in the lock
+	// again).
 	var again []src
-	for _, s := range r.Sources() {
+	for _, s := range pinned.Sources() {
 		again = append(again, src{s.Layer, string(s.Kind), s.Ref, s.Digest, s.Excluded, s.Where()})
 	}
 	if !reflect.DeepEqual(again, want) {

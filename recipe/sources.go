@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -90,7 +91,7 @@ func (s Source) String() string {
 	return fmt.Sprintf("layer %s: %s %s", s.Layer, s.Kind, s.Ref)
 }
 
-// unpinned reports the file's own digest, not one Pin set.
+// unpinned reports the file's own digest, not one Pinned set.
 func (s Source) unpinned() Source {
 	if d, ok := s.layer.filePins[s.field()]; ok {
 		s.Digest = d
@@ -98,25 +99,67 @@ func (s Source) unpinned() Source {
 	return s
 }
 
-// Pin makes the source's layer use digest: the image becomes Ref@digest,
-// the module's sum digest. The recipe's own digest, if any, is replaced,
-// so callers pin only what the recipe leaves open or agrees with. Sources
-// goes on listing the digest the file gives.
-func (s Source) Pin(digest string) {
-	if s.layer == nil {
-		return
+// SourcePin is a digest for one source.
+type SourcePin struct {
+	Source Source
+	Digest string
+}
+
+// Pinned returns a copy of r in which each pinned source uses its digest:
+// an image becomes Ref@digest, a module's sum the digest. The recipe's own
+// digest, if any, is replaced, so callers pin only what the recipe leaves
+// open or agrees with. r is left as it was; the copy's Sources go on
+// listing the digests the files give.
+func (r *Recipe) Pinned(pins []SourcePin) *Recipe {
+	c := *r
+	clones := map[*Layer]*Layer{}
+	clone := func(l *Layer) *Layer {
+		if n, ok := clones[l]; ok {
+			return n
+		}
+		n := *l
+		n.OCI, n.Go, n.filePins = slices.Clone(l.OCI), slices.Clone(l.Go), maps.Clone(l.filePins)
+		clones[l] = &n
+		return &n
 	}
-	if s.layer.filePins == nil {
-		s.layer.filePins = map[string]string{}
+	for _, p := range pins {
+		s := p.Source
+		if s.layer == nil {
+			continue
+		}
+		l := clone(s.layer)
+		if l.filePins == nil {
+			l.filePins = map[string]string{}
+		}
+		if _, ok := l.filePins[s.field()]; !ok {
+			l.filePins[s.field()] = s.unpinned().Digest
+		}
+		if s.Kind == SourceOCI {
+			l.OCI[s.index].Image = s.Ref + "@" + p.Digest
+		} else {
+			l.Go[s.index].Sum = p.Digest
+		}
 	}
-	if _, ok := s.layer.filePins[s.field()]; !ok {
-		s.layer.filePins[s.field()] = s.unpinned().Digest
+	swap := func(ls []*Layer) []*Layer {
+		out := slices.Clone(ls)
+		for i, l := range out {
+			if n, ok := clones[l]; ok {
+				out[i] = n
+			}
+		}
+		return out
 	}
-	if s.Kind == SourceOCI {
-		s.layer.OCI[s.index].Image = s.Ref + "@" + digest
-	} else {
-		s.layer.Go[s.index].Sum = digest
+	c.Resolved = swap(r.Resolved)
+	if r.src != nil {
+		src := *r.src
+		src.all = swap(r.src.all)
+		src.layers = maps.Clone(r.src.layers)
+		for l, n := range clones {
+			src.layers[n] = r.src.layers[l]
+		}
+		c.src = &src
 	}
+	return &c
 }
 
 // Where is the source's place as "file:line", for messages.

@@ -114,7 +114,7 @@ type Layer struct {
 	// Path is the file this layer was loaded from. Filled by Load.
 	Path string `json:"path,omitempty"`
 
-	// filePins holds, for each source (by field) Source.Pin changed, the
+	// filePins holds, for each source (by field) Pinned changed, the
 	// digest the file itself gave ("" for none): Sources reports that one.
 	filePins map[string]string
 }

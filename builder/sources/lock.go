@@ -58,17 +58,18 @@ func loadLock(r *recipe.Recipe) (*recipe.Lock, error) {
 	return l, err
 }
 
-// PinSources gives every source of r's layers (excluded ones aside) its
-// digest, in r itself: the one in the layer file, else the lock's, else
-// (without locked) one resolved now, with a warning. With locked, every
-// source must be in the lock, every recipe digest must agree with it and
-// no entry may be stale; all disagreements come back in one *LockError.
-// The result lists each source for the build manifest.
-func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(format string, args ...any)) ([]osimage.Source, error) {
+// PinSources returns r with every source of its layers (excluded ones
+// aside) pinned to its digest: the one in the layer file, else the lock's,
+// else (without locked) one resolved now, with a warning; r itself is left
+// as it was. With locked, every source must be in the lock, every recipe
+// digest must agree with it and no entry may be stale; all disagreements
+// come back in one *LockError. The list names each source for the build
+// manifest.
+func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(format string, args ...any)) (*recipe.Recipe, []osimage.Source, error) {
 	recipeName := recipe.DisplayPath(r.Path)
 	lock, err := loadLock(r)
 	if err != nil {
-		return nil, &LockError{Recipe: recipeName, Errs: []error{err}}
+		return nil, nil, &LockError{Recipe: recipeName, Errs: []error{err}}
 	}
 	lockName := recipe.DisplayPath(recipe.LockPath(r.Path))
 	if lock == nil {
@@ -87,6 +88,7 @@ func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(f
 		disagree(lock.Errorf(i, "stale: layer %s has no %s source %s; run `builder lock %s`", e.Layer, e.Kind, e.Ref, recipeName))
 	}
 	var out []osimage.Source
+	var pins []recipe.SourcePin
 	for _, s := range r.Sources() {
 		if s.Excluded {
 			continue
@@ -103,7 +105,7 @@ func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(f
 				problems = append(problems, s.Errorf("%s %s of layer %s is not in the lock %s", s.Kind, s.Ref, s.Layer, lockName))
 			}
 		case inLock:
-			s.Pin(entry.Digest)
+			pins = append(pins, recipe.SourcePin{Source: s, Digest: entry.Digest})
 			src.Digest, src.Origin = entry.Digest, OriginLock
 		case locked:
 			problems = append(problems, s.Errorf("%s %s of layer %s is not locked in %s", s.Kind, s.Ref, s.Layer, lockName))
@@ -111,18 +113,18 @@ func PinSources(ctx context.Context, r *recipe.Recipe, locked bool, warnf func(f
 		default:
 			d, err := resolveSource(ctx, s, r.Base.Architecture)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.Where(), err)
+				return nil, nil, fmt.Errorf("%s: %w", s.Where(), err)
 			}
-			s.Pin(d)
+			pins = append(pins, recipe.SourcePin{Source: s, Digest: d})
 			src.Digest, src.Origin = d, OriginResolved
 			warnf("warning: %s: %s %s of layer %s is not locked in %s; resolved to %s (recorded in the manifest; `builder lock %s` pins it)", s.Where(), s.Kind, s.Ref, s.Layer, lockName, d, recipeName)
 		}
 		out = append(out, src)
 	}
 	if len(problems) > 0 {
-		return nil, &LockError{Recipe: recipeName, Errs: problems}
+		return nil, nil, &LockError{Recipe: recipeName, Errs: problems}
 	}
-	return out, nil
+	return r.Pinned(pins), out, nil
 }
 
 // LockOptions control UpdateLock.

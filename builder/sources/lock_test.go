@@ -107,7 +107,7 @@ func pinAndPull(t *testing.T, path string, locked bool) ([]osimage.Source, strin
 	t.Helper()
 	r := loadRecipe(t, path)
 	var warnings []string
-	srcs, err := PinSources(context.Background(), r, locked, func(format string, args ...any) {
+	r, srcs, err := PinSources(context.Background(), r, locked, func(format string, args ...any) {
 		warnings = append(warnings, fmt.Sprintf(format, args...))
 	})
 	if err != nil {
@@ -182,7 +182,7 @@ func TestLockedRefusesDrift(t *testing.T) {
 
 	// The layer moves to another tag; the lock still has the old one.
 	writeLockLayer(t, filepath.Dir(path), reg+"/osb/tool:t2")
-	_, err := PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
+	_, _, err := PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
 	var le *LockError
 	if !errors.As(err, &le) {
 		t.Fatalf("--locked with a stale lock: err = %v, want a *LockError", err)
@@ -211,7 +211,7 @@ func TestLockedRefusesDrift(t *testing.T) {
 
 	// A digest in the layer wins, and must agree with the lock.
 	writeLockLayer(t, filepath.Dir(path), reg+"/osb/tool:t@"+digestB)
-	_, err = PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
+	_, _, err = PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
 	if want := layerFile + ":3: oci[0].image: oci " + reg + "/osb/tool:t pins " + digestB + ", but the lock " + lockFile + " has " + digestA; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("recipe digest against the lock: err = %v, want %q", err, want)
 	}
@@ -223,7 +223,7 @@ func TestLockedRefusesDrift(t *testing.T) {
 	if changes := lockRecipe(t, path, LockOptions{}); len(changes) != 1 || changes[0].What != "updated" || changes[0].Source.Digest != digestB {
 		t.Errorf("lock after the layer pinned a digest: %+v", changes)
 	}
-	if _, err := PinSources(context.Background(), loadRecipe(t, path), true, t.Logf); err != nil {
+	if _, _, err := PinSources(context.Background(), loadRecipe(t, path), true, t.Logf); err != nil {
 		t.Errorf("--locked after lock: %v", err)
 	}
 }
@@ -277,7 +277,7 @@ func TestLockUnreachableAndExcluded(t *testing.T) {
 	if err := next.Write(); err != nil {
 		t.Fatal(err)
 	}
-	if srcs, err := PinSources(context.Background(), r, true, t.Logf); err != nil || len(srcs) != 0 {
+	if _, srcs, err := PinSources(context.Background(), r, true, t.Logf); err != nil || len(srcs) != 0 {
 		t.Errorf("--locked without the excluded layer: %v, %v", srcs, err)
 	}
 }
@@ -310,20 +310,23 @@ func TestLockGoModule(t *testing.T) {
 		t.Fatalf("lock: %+v", changes)
 	}
 	r := loadRecipe(t, path)
-	srcs, err := PinSources(context.Background(), r, true, t.Logf)
+	pinned, srcs, err := PinSources(context.Background(), r, true, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Resolved[0].Go[0].Sum != sum || len(srcs) != 1 || srcs[0].Origin != OriginLock {
-		t.Errorf("pinned sum %q, sources %+v", r.Resolved[0].Go[0].Sum, srcs)
+	if pinned.Resolved[0].Go[0].Sum != sum || len(srcs) != 1 || srcs[0].Origin != OriginLock {
+		t.Errorf("pinned sum %q, sources %+v", pinned.Resolved[0].Go[0].Sum, srcs)
+	}
+	if r.Resolved[0].Go[0].Sum != "" {
+		t.Errorf("PinSources changed the recipe it was given: sum %q", r.Resolved[0].Go[0].Sum)
 	}
 	// A second build of the same recipe value still takes it from the lock.
-	if srcs, err := PinSources(context.Background(), r, true, t.Logf); err != nil || len(srcs) != 1 || srcs[0].Origin != OriginLock {
+	if _, srcs, err := PinSources(context.Background(), r, true, t.Logf); err != nil || len(srcs) != 1 || srcs[0].Origin != OriginLock {
 		t.Errorf("second PinSources: %+v, %v", srcs, err)
 	}
 
 	layer("v0.0.0-20250101000000-000000000000")
-	_, err = PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
+	_, _, err = PinSources(context.Background(), loadRecipe(t, path), true, t.Logf)
 	if want := "layer.yaml:3: go[0]: go " + module + "@v0.0.0-20250101000000-000000000000 of layer hello is not locked in "; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("new version with --locked: %v, want %q", err, want)
 	}
