@@ -161,6 +161,14 @@ type layeredTree struct {
 
 // mountLayered mounts imgs (bottom first, read-only, through loop devices)
 // and a writable overlay over them in a new directory under work.
+//
+// All of them nodev,nosuid: the builder writes files into the tree and
+// never opens a device node through it, and the only programs it runs from
+// the tree (chroot ... chown, as root) need neither setuid nor file
+// capabilities, so a device node or setuid file a layer ships stays inert.
+// Not noexec: that chown is the image's own. The flags do not change what
+// is written (mknod and chmod u+s work on a nodev,nosuid mount), so the
+// layers come out byte for byte as before.
 func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree, error) {
 	dir, err := os.MkdirTemp(work, "layered-")
 	if err != nil {
@@ -180,7 +188,7 @@ func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree
 			t.unmount()
 			return nil, err
 		}
-		if err := command.Run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro", img, m); err != nil {
+		if err := command.Run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro,nodev,nosuid", img, m); err != nil {
 			t.unmount()
 			return nil, fmt.Errorf("mount layer %s (the builder needs root for loop devices and overlayfs): %w", img, err)
 		}
@@ -207,7 +215,7 @@ func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree
 	// No index, redirects or metacopy: the upper directory must hold whole
 	// files, whiteouts and opaque markers only, readable as a lower layer.
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off,xino=off,volatile", strings.Join(lowerOpt, ":"), t.upper, ovlWork)
-	if err := unix.Mount("overlay", t.merged, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", t.merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		t.unmount()
 		return nil, fmt.Errorf("mount overlay over the base image (%s): %w", opts, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -179,4 +180,93 @@ func filepathWalk(t *testing.T, dir string, f func(p string)) {
 		}
 		return err
 	}))
+}
+
+// TestLayeredTreeNoDevNoSuid: the layers and the overlay over them are
+// mounted nodev,nosuid: a device node a layer ships (a hostile or broken
+// base) cannot reach its driver through the build's mounts, nor a setuid
+// file gain privilege; the builder only writes files into the tree.
+func TestLayeredTreeNoDevNoSuid(t *testing.T) {
+	buildertest.RequireTools(t, "mksquashfs")
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "root (loop devices, device nodes and mounts)")
+	}
+	ctx := context.Background()
+	work := t.TempDir()
+	base := filepath.Join(work, "base")
+	buildertest.Must(t, os.MkdirAll(filepath.Join(base, "dev"), 0o755))
+	// The host's /dev/null numbers: a device that opens wherever nodev is missing.
+	buildertest.Must(t, unix.Mknod(filepath.Join(base, "dev/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	buildertest.Must(t, os.WriteFile(filepath.Join(base, "suid"), []byte("#!/bin/sh\n"), 0o755))
+	buildertest.Must(t, unix.Chmod(filepath.Join(base, "suid"), 0o4755))
+	img := filepath.Join(work, "base.squashfs")
+	buildertest.Must(t, mksquashfs(ctx, base, img, buildertest.Epoch))
+
+	type check struct {
+		name, mount string
+		opts        string // the per-mount options in mountinfo
+		openErr     error  // opening dev/null through the mount
+	}
+	var got []check
+	var upper string
+	err := inPrivateMounts(func() error {
+		tree, err := mountLayered(ctx, []string{img}, work)
+		if err != nil {
+			return err
+		}
+		defer tree.unmount()
+		// The namespace is this thread's: /proc/self would show the process's.
+		info, err := os.ReadFile("/proc/thread-self/mountinfo")
+		if err != nil {
+			return err
+		}
+		for name, m := range map[string]string{"layer": tree.lowers[0], "overlay": tree.merged} {
+			c := check{name: name, mount: m}
+			for _, l := range strings.Split(string(info), "\n") {
+				if f := strings.Fields(l); len(f) > 5 && f[4] == m {
+					c.opts = f[5]
+				}
+			}
+			fd, err := unix.Open(filepath.Join(m, "dev/null"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err == nil {
+				unix.Close(fd)
+			}
+			c.openErr = err
+			got = append(got, c)
+		}
+		// What the build writes is not changed by the flags: a device node
+		// and a setuid file made through the overlay land in upper as made.
+		if err := unix.Mknod(filepath.Join(tree.merged, "dev/zero"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 5))); err != nil {
+			return fmt.Errorf("mknod through the overlay: %w", err)
+		}
+		if err := unix.Chmod(filepath.Join(tree.merged, "suid"), 0o6755); err != nil {
+			return fmt.Errorf("chmod through the overlay: %w", err)
+		}
+		upper = tree.upper
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(upper, "dev/zero"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 5) {
+		t.Errorf("upper dev/zero: %+v, %v; want the char device 1:5", st, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(upper, "suid")); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != os.ModeSetuid|os.ModeSetgid {
+		t.Errorf("upper suid: %v, %v; want setuid and setgid kept", fi, err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("checked %d mounts, want the layer and the overlay", len(got))
+	}
+	for _, c := range got {
+		opts := strings.Split(c.opts, ",")
+		for _, want := range []string{"nodev", "nosuid"} {
+			if !slices.Contains(opts, want) {
+				t.Errorf("%s %s mounted %q: want %s", c.name, c.mount, c.opts, want)
+			}
+		}
+		if !errors.Is(c.openErr, unix.EACCES) {
+			t.Errorf("%s: open dev/null through the mount: %v, want EACCES (nodev)", c.name, c.openErr)
+		}
+	}
 }
