@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -25,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/boot/artifacts"
 	"github.com/ironcore-dev/os-builder/boot/cli"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -234,22 +236,17 @@ func TestVendorMatrix(t *testing.T) {
 func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p redfishemu.Personality, method string, policy boot.Policy, want outcome) {
 	listen := freeAddr(t)
 	fw := &firmware{}
-	// The iPXE script URL is derived from the plan's content, as the
-	// driver derives it; a DHCP server would hand it out.
-	pxe, err := boot.Resolve(id, boot.Request{Image: ref, Method: osimage.BootPXE, ArtifactBaseURL: "http://" + listen})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw.pxeScript = ipxeScriptURL(t, pxe)
 	var o redfishemu.Options
 	p.Apply(&o)
 	o.OnBoot = fw.onBoot
 	emu := redfishemu.New(o)
 	bmc := httptest.NewServer(emu)
 	defer bmc.Close()
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	fw.pxeScript = serverbootScriptURL(t, id, ref, "http://"+listen, cacheDir, bmc.URL)
 
 	args := []string{"boot", "--bmc", bmc.URL, "--image", ref, "--insecure-registry", "--method", method, "--policy", string(policy),
-		"--artifact-listen", listen, "--cache-dir", filepath.Join(t.TempDir(), "cache"), "--credentials-file", creds,
+		"--artifact-listen", listen, "--cache-dir", cacheDir, "--credentials-file", creds,
 		"--serve-after-boot", "0s", "--evidence-timeout", "20s", "--timeout", "45s"}
 	var stdout, stderr bytes.Buffer
 	code := cli.Run(context.Background(), args, &stdout, &stderr)
@@ -293,6 +290,27 @@ func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p
 	if said := regexp.MustCompile(`method:? ` + string(want.method) + ` \(`); method == "auto" && !said.MatchString(stdout.String()+stderr.String()) {
 		t.Errorf("auto: the output does not say `method: %s (why)`\n%s\nstdout: %s", want.method, detail, stdout.String())
 	}
+}
+
+// serverbootScriptURL is the iPXE script URL of the pxe plan serverboot
+// makes, which a DHCP server would hand out: it is derived from the plan's
+// content, and the plan's base URL carries the boot token serverboot makes
+// from the BMC URL and the image with the key in its cache directory.
+func serverbootScriptURL(t *testing.T, id *osimage.BootIdentity, image, advertise, cacheDir, bmcURL string) string {
+	t.Helper()
+	ref, err := name.ParseReference(image, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := artifacts.BootURL(advertise, cacheDir, bmcURL+"\x00"+ref.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := boot.Resolve(id, boot.Request{Image: ref.String(), Method: osimage.BootPXE, ArtifactBaseURL: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ipxeScriptURL(t, p)
 }
 
 // ipxeScriptURL is the plan's iPXE script URL.
@@ -392,11 +410,8 @@ func TestQEMUVendorMatrix(t *testing.T) {
 			b := newBMC(t, o, c.seedDisk)
 			port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 			advertise := "http://" + qemutier.SlirpHost + ":" + port
-			pxe, err := boot.Resolve(e.identity, boot.Request{Image: e.ref.String(), Method: osimage.BootPXE, ArtifactBaseURL: advertise})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.machine.SetPXEBootFile(ipxeScriptURL(t, pxe)) // what DHCP would hand out
+			cacheDir := filepath.Join(t.TempDir(), "cache")
+			b.machine.SetPXEBootFile(serverbootScriptURL(t, e.identity, e.ref.String(), advertise, cacheDir, b.url))
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 			defer cancel()
 			var stdout, stderr testutil.SyncBuffer
@@ -406,7 +421,7 @@ func TestQEMUVendorMatrix(t *testing.T) {
 				defer close(done)
 				code = cli.Run(ctx, []string{"boot", "--bmc", b.url, "--image", e.ref.String(), "--insecure-registry",
 					"--method", c.method, "--artifact-listen", "127.0.0.1:" + port, "--artifact-advertise", advertise,
-					"--cache-dir", filepath.Join(t.TempDir(), "cache"), "--credentials-file", creds, "--serve-after-boot", "10m"}, &stdout, &stderr)
+					"--cache-dir", cacheDir, "--credentials-file", creds, "--serve-after-boot", "10m"}, &stdout, &stderr)
 				if code != cli.ExitOK {
 					cancel() // ends the console wait: the boot failed
 				}
