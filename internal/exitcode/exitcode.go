@@ -72,20 +72,7 @@ func mark(code int, err error) error {
 }
 
 // UsageError marks err as the caller's input being wrong (exit 2).
-func UsageError(err error) error {
-	if err == nil {
-		return nil
-	}
-	return UsageMark{err}
-}
-
-// UsageMark is the mark UsageError makes, as a type: where a command builds
-// its usage errors as literals (UsageMark{err}) rather than by a call.
-type UsageMark struct{ Err error }
-
-func (u UsageMark) Error() string { return u.Err.Error() }
-func (u UsageMark) Unwrap() error { return u.Err }
-func (u UsageMark) ExitCode() int { return Usage }
+func UsageError(err error) error { return mark(Usage, err) }
 
 // MismatchError marks err as a mismatch between request and image or BMC (exit 3).
 func MismatchError(err error) error { return mark(Mismatch, err) }

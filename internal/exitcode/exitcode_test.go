@@ -23,7 +23,6 @@ func TestOf(t *testing.T) {
 		{"plain", errors.New("x"), Failed},
 		{"usage", UsageError(errors.New("x")), Usage},
 		{"usage wrapped", fmt.Errorf("ctx: %w", UsageError(errors.New("x"))), Usage},
-		{"usage literal", fmt.Errorf("ctx: %w", UsageMark{errors.New("x")}), Usage},
 		{"usage inside unavailable", UnavailableError(fmt.Errorf("a: %w", UsageError(errors.New("x")))), Usage},
 		{"mismatch inside unavailable", UnavailableError(MismatchError(errors.New("x"))), Mismatch},
 		{"deadline inside unavailable", UnavailableError(fmt.Errorf("get: %w", context.DeadlineExceeded)), Timeout},
