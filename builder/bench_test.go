@@ -157,10 +157,10 @@ func lastWriterInputs(b *testing.B, store *cache.Store, r *recipe.Recipe) (artif
 		}
 	}
 	in := artifacts.Inputs{
-		Stack:     step.NewValue[step.Stack]("assemble"),
-		Assembled: step.NewValue[step.Assembled]("assemble"),
-		Kernel:    step.NewValue[step.Kernel]("kernel"),
-		NoRoot:    step.NewValue[string]("initrd-noroot"),
+		Stack:     step.NewValue[step.Stack]("assemble", "the root's layers"),
+		Assembled: step.NewValue[step.Assembled]("assemble", "os-release, the stub, the init's tools"),
+		Kernel:    step.NewValue[step.Kernel]("kernel", "the kernel and its modules"),
+		NoRoot:    step.NewValue[string]("initrd-noroot", "the initrd without root"),
 	}
 	in.Stack.Set(stack.On(rootfs.TopLayer(dir("assemble")), ""))
 	in.Assembled.Set(step.Assembled{Dir: dir("assemble")})

@@ -25,11 +25,11 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/graph"
 	"github.com/ironcore-dev/os-builder/builder/progress"
-	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/internal/keyvalue"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 	"github.com/ironcore-dev/os-builder/uki"
@@ -421,7 +421,7 @@ func (b *build) publish(arts []osimage.Artifact, v *values, keys map[string]stri
 
 func (b *build) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildManifest, error) {
 	assembled := v.assembled.Get()
-	osr, err := rootfs.ParseOSRelease(assembled.OSRelease())
+	osr, err := keyvalue.ReadFile(assembled.OSRelease())
 	if err != nil {
 		return nil, fmt.Errorf("os-release: %w", err)
 	}

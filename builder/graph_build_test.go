@@ -538,3 +538,74 @@ func TestPreviousOutputReuse(t *testing.T) {
 		})
 	}
 }
+
+// TestReuseChangedAfterRead: the previous output is read when the build
+// starts and linked from much later; a file replaced or rewritten in
+// between, or replaced between the last check and the link, is not taken
+// (the writer writes it), and nothing of a refused reuse stays in the
+// staging directory.
+func TestReuseChangedAfterRead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ships   []string
+		linking bool // change between linkSealed's check and its link
+		change  func(t *testing.T, dir string)
+	}{
+		{name: "replaced by rename", ships: []string{"vmlinuz"}, change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte("kernex")) // same size
+			buildertest.Must(t, os.Rename(p, filepath.Join(dir, "vmlinuz")))
+		}},
+		{name: "rewritten in place", ships: []string{"vmlinuz"}, change: func(t *testing.T, dir string) {
+			buildertest.Must(t, os.WriteFile(filepath.Join(dir, "vmlinuz"), []byte("kernex"), 0o644))
+		}},
+		{name: "replaced by a symlink", ships: []string{"vmlinuz"}, change: func(t *testing.T, dir string) {
+			buildertest.Must(t, os.Remove(filepath.Join(dir, "vmlinuz")))
+			buildertest.Must(t, os.Symlink("disk.raw", filepath.Join(dir, "vmlinuz")))
+		}},
+		{name: "second of two replaced", ships: []string{"vmlinuz", "disk.raw"}, change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte(strings.Repeat("dosk", 1000)))
+			buildertest.Must(t, os.Rename(p, filepath.Join(dir, "disk.raw")))
+		}},
+		{name: "replaced while linking", ships: []string{"vmlinuz"}, linking: true, change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte("kernex"))
+			buildertest.Must(t, os.Rename(p, filepath.Join(dir, "vmlinuz")))
+		}},
+		{name: "second replaced while linking", ships: []string{"vmlinuz", "disk.raw"}, linking: true, change: func(t *testing.T, dir string) {
+			p := testutil.WriteFile(t, dir, ".new", []byte(strings.Repeat("dosk", 1000)))
+			buildertest.Must(t, os.Rename(p, filepath.Join(dir, "disk.raw")))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := openStore(t)
+			dir, m := fakeOutput(t, "old")
+			abs, _ := filepath.Abs(dir)
+			data, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+			keys := map[string]string{"vmlinuz": "k", "disk.raw": "k"}
+			buildertest.Must(t, writeSeal(store, abs, data, m.Artifacts, keys))
+			prev := readPreviousOutput(store, abs)
+			if !prev.has("k", tc.ships) {
+				t.Fatal("the sealed output offers nothing to reuse")
+			}
+			time.Sleep(10 * time.Millisecond) // a ctime tick on coarse clocks
+			if tc.linking {
+				last := filepath.Join(abs, tc.ships[len(tc.ships)-1])
+				linkReuseHook = func(src string) {
+					if src == last {
+						tc.change(t, dir)
+					}
+				}
+				t.Cleanup(func() { linkReuseHook = nil })
+			} else {
+				tc.change(t, dir)
+			}
+			stage := t.TempDir()
+			arts, err := prev.reuse(stage, "k", tc.ships)
+			if !errors.Is(err, errNotReusable) {
+				t.Errorf("reuse: %+v, %v; want %v", arts, err, errNotReusable)
+			}
+			if left, _ := os.ReadDir(stage); len(left) != 0 {
+				t.Errorf("a refused reuse left %d files in the staging directory", len(left))
+			}
+		})
+	}
+}

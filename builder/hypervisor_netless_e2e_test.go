@@ -15,6 +15,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -65,7 +66,7 @@ func TestHypervisorBootNoNIC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(t, ctx, hypervisorVM(t, out, "")) // Net nil: -nic none
+	vm := qemutest.StartT(t, ctx, hypervisorVM(t, out, "")) // Net nil: -nic none
 	waitAll(t, ctx, vm,
 		"ignition-apply: no config",
 		bootReportDone+"; network: no Ethernet interface",
@@ -102,7 +103,7 @@ func TestHypervisorBootLinkDown(t *testing.T) {
 	cfg := hypervisorVM(t, out, "ignition.config.url="+url)
 	cfg.Net = &qemu.NetConfig{HostForwards: []string{fmt.Sprintf("tcp:127.0.0.1:%d-:8181", healthPort)}}
 	cfg.Monitor, cfg.Paused = true, true
-	vm := qemu.StartT(t, ctx, cfg)
+	vm := qemutest.StartT(t, ctx, cfg)
 	mon, err := vm.Monitor(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/boundedfile"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -37,6 +39,7 @@ type previousOutput struct {
 type previousArtifact struct {
 	art osimage.Artifact
 	key string
+	id  sealedFile // as sealed and found when the output was read
 }
 
 // readPreviousOutput returns the artifacts of the output directory dir
@@ -79,7 +82,7 @@ func readPreviousOutput(store *cache.Store, dir string) *previousOutput {
 		if err != nil || !id.sameFile(f) {
 			continue
 		}
-		prev.arts[f.Path] = previousArtifact{art: a, key: f.Key}
+		prev.arts[f.Path] = previousArtifact{art: a, key: f.Key, id: id}
 	}
 	if len(prev.arts) == 0 {
 		return nil
@@ -105,7 +108,9 @@ func (p *previousOutput) has(key string, names []string) bool {
 var errNotReusable = errors.New("not in the previous output")
 
 // reuse links the files names, made by a writer with key, from the
-// previous output into stage and returns their manifest entries.
+// previous output into stage and returns their manifest entries. The
+// output was read when the build started, minutes before: a file since
+// replaced or changed is not reusable, and nothing is left in stage then.
 func (p *previousOutput) reuse(stage, key string, names []string) ([]osimage.Artifact, error) {
 	if !p.has(key, names) {
 		return nil, errNotReusable
@@ -115,7 +120,7 @@ func (p *previousOutput) reuse(stage, key string, names []string) ([]osimage.Art
 		arts = append(arts, p.arts[n].art)
 	}
 	for i, n := range names {
-		if err := os.Link(filepath.Join(p.dir, n), filepath.Join(stage, n)); err != nil {
+		if err := linkSealed(filepath.Join(p.dir, n), filepath.Join(stage, n), p.arts[n].id); err != nil {
 			for _, done := range names[:i] {
 				os.Remove(filepath.Join(stage, done))
 			}
@@ -123,4 +128,48 @@ func (p *previousOutput) reuse(stage, key string, names []string) ([]osimage.Art
 		}
 	}
 	return arts, nil
+}
+
+// linkReuseHook, when set (tests), runs between linkSealed's check and its
+// link: where a replacement would slip in.
+var linkReuseHook func(src string)
+
+// linkSealed hard-links src to dst if src is still the file the seal
+// names (device, inode, ctime, size). The link goes by path, so it is
+// checked again after: not against the seal's ctime, which link(2) itself
+// sets, but against the inode checked, held open so that no new file can
+// take its number: same device, inode, size and mtime. A write in place
+// between the check and the link with its mtime set back would pass, as
+// would one between the link and the output's new seal: no check closes
+// that for reused or freshly written files alike.
+func linkSealed(src, dst string, sealed sealedFile) error {
+	f, err := os.OpenFile(src, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotReusable, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotReusable, err)
+	}
+	before, err := identityOf(src, fi)
+	if err != nil || !before.sameFile(sealed) {
+		return fmt.Errorf("%w: changed since the build started", errNotReusable)
+	}
+	if linkReuseHook != nil {
+		linkReuseHook(src)
+	}
+	if err := os.Link(src, dst); err != nil {
+		return err
+	}
+	lfi, err := os.Lstat(dst)
+	var after sealedFile
+	if err == nil {
+		after, err = identityOf(dst, lfi)
+	}
+	if err != nil || after.Dev != before.Dev || after.Ino != before.Ino || after.Size != before.Size || !lfi.ModTime().Equal(fi.ModTime()) {
+		os.Remove(dst)
+		return fmt.Errorf("%w: replaced while linking", errNotReusable)
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/command"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/uki"
@@ -184,7 +185,7 @@ func TestSecureBootRefusesUnsignedImage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	vm := qemu.StartT(t, ctx, qemu.Config{
+	vm := qemutest.StartT(t, ctx, qemu.Config{
 		UEFI: true, SecureBoot: true, Vars: vars, Disks: []string{disk}, MemoryMB: 1024, NoReboot: true,
 		FailureMarkers: []string{"EFI stub:", "Linux version", "osb-init:"},
 	})

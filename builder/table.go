@@ -2,7 +2,6 @@ package builder
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/progress"
@@ -67,13 +66,13 @@ func (v *values) binaries() []step.Binary {
 // table is only looked at).
 func (b *build) table(stage string) ([]node, *values) {
 	v := &values{
-		base:      step.NewValue[step.Stack]("bootstrap"),
-		packages:  step.NewValue[string]("bootstrap"),
-		init:      step.NewValue[string]("init"),
-		stack:     step.NewValue[step.Stack]("assemble"),
-		assembled: step.NewValue[step.Assembled]("assemble"),
-		kernel:    step.NewValue[step.Kernel]("kernel"),
-		noRoot:    step.NewValue[string]("initrd-noroot"),
+		base:      step.NewValue[step.Stack]("bootstrap", "the base layer"),
+		packages:  step.NewValue[string]("bootstrap", "the package list"),
+		init:      step.NewValue[string]("init", "the init"),
+		stack:     step.NewValue[step.Stack]("assemble", "the root's layers"),
+		assembled: step.NewValue[step.Assembled]("assemble", "os-release, the stub, the init's tools"),
+		kernel:    step.NewValue[step.Kernel]("kernel", "the kernel and its modules"),
+		noRoot:    step.NewValue[string]("initrd-noroot", "the initrd without root"),
 	}
 	arch := b.r.Base.Architecture
 	modules := dedup(append(append([]string(nil), initrd.DefaultModules...), b.r.Kernel.Modules...))
@@ -112,7 +111,7 @@ func (b *build) table(stage string) ([]node, *values) {
 	}
 	source := func(s binarySource, layer string, mem int) {
 		name := unique(s.Name())
-		bins := step.NewValue[[]step.Binary](name)
+		bins := step.NewValue[[]step.Binary](name, "its files")
 		v.sources = append(v.sources, bins)
 		ns = append(ns, node{
 			name: name, gives: []step.Handover{bins}, jobs: 1, mem: mem, layer: layer,
@@ -134,7 +133,7 @@ func (b *build) table(stage string) ([]node, *values) {
 	}
 	v.below = v.base
 	if len(v.sources) > 0 {
-		v.below = step.NewValue[step.Stack]("binaries")
+		v.below = step.NewValue[step.Stack]("binaries", "the layers below assemble")
 		needs := []step.Handover{v.base}
 		for _, s := range v.sources {
 			needs = append(needs, s)
@@ -188,7 +187,7 @@ func (b *build) table(stage string) ([]node, *values) {
 	})
 	in := artifacts.Inputs{Stack: v.stack, Assembled: v.assembled, Kernel: v.kernel, NoRoot: v.noRoot}
 	for _, w := range artifacts.Writers(b.art, in, stage) {
-		ns = append(ns, node{name: w.Name, needs: w.Needs, jobs: 1, mem: 1024, writer: w})
+		ns = append(ns, node{name: w.Name, needs: w.Needs, gives: w.Gives(), jobs: 1, mem: 1024, writer: w})
 	}
 	return ns, v
 }
@@ -200,16 +199,6 @@ func stepKey(s step.Step) (string, error) {
 		return "", err
 	}
 	return in.Key(), nil
-}
-
-// handoverType names what a value holds, for the plan and the docs.
-func handoverType(h step.Handover) string {
-	t := fmt.Sprintf("%T", h) // *step.Value[path/to/step.Stack]
-	t = strings.TrimSuffix(strings.TrimPrefix(t, "*step.Value["), "]")
-	if i := strings.LastIndex(t, "/"); i >= 0 {
-		t = t[i+1:]
-	}
-	return t
 }
 
 func contains(list []string, s string) bool {

@@ -142,6 +142,11 @@ func identity(p string) (sealedFile, error) {
 	if err != nil {
 		return sealedFile{}, err
 	}
+	return identityOf(p, fi)
+}
+
+// identityOf is the identity of p, a regular file that fi describes.
+func identityOf(p string, fi fs.FileInfo) (sealedFile, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || !fi.Mode().IsRegular() {
 		return sealedFile{}, fmt.Errorf("%s: not a regular file", p)

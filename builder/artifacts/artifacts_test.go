@@ -189,10 +189,10 @@ func writeAll(ctx context.Context, cfg Config, in Inputs, dir string) (arts []os
 // the assemble and kernel steps' outputs and the initrd without root.
 func testInputs(stack step.Stack, assembled, kernel, noRoot string) Inputs {
 	in := Inputs{
-		Stack:     step.NewValue[step.Stack]("assemble"),
-		Assembled: step.NewValue[step.Assembled]("assemble"),
-		Kernel:    step.NewValue[step.Kernel]("kernel"),
-		NoRoot:    step.NewValue[string]("initrd-noroot"),
+		Stack:     step.NewValue[step.Stack]("assemble", "the root's layers"),
+		Assembled: step.NewValue[step.Assembled]("assemble", "os-release, the stub, the init's tools"),
+		Kernel:    step.NewValue[step.Kernel]("kernel", "the kernel and its modules"),
+		NoRoot:    step.NewValue[string]("initrd-noroot", "the initrd without root"),
 	}
 	in.Stack.Set(stack)
 	in.Assembled.Set(step.Assembled{Dir: assembled})

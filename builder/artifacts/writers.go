@@ -91,6 +91,14 @@ type Writer struct {
 	path  string
 }
 
+// Gives is what the writer hands on to the writers after it.
+func (w *Writer) Gives() []step.Handover {
+	if w.gives == nil {
+		return nil
+	}
+	return []step.Handover{w.gives}
+}
+
 // Done hands on the file the writer wrote for the writers after it, once
 // it is in place (written, or taken from an earlier output).
 func (w *Writer) Done() {
@@ -147,9 +155,9 @@ func Writers(cfg Config, in Inputs, dir string) []*Writer {
 	initrdName := aside(out[recipe.OutputPXE], FileInitrd, asideInitrd)
 	rootName := aside(out[recipe.OutputPXE], FileRootfs, asideRoot)
 	ukiName := aside(out[recipe.OutputUKI] || !out[recipe.OutputISO], FileUKI, asideUKI)
-	live := step.NewValue[string]("initrd")
-	stack := step.NewValue[string]("root")
-	efi := step.NewValue[string]("uki")
+	live := step.NewValue[string]("initrd", "the live initrd")
+	stack := step.NewValue[string]("root", "the root stack")
+	efi := step.NewValue[string]("uki", "the UKI")
 
 	if out[recipe.OutputPXE] || out[recipe.OutputUKI] || out[recipe.OutputISO] {
 		p := filepath.Join(dir, initrdName)

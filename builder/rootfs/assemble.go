@@ -1,7 +1,6 @@
 package rootfs
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -336,30 +335,6 @@ func liftInitrdTools(root *fsroot.Root, out string) error {
 func readKernelRelease(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, step.KernelRelease))
 	return strings.TrimSpace(string(b)), err
-}
-
-// ParseOSRelease reads an os-release file into a map.
-func ParseOSRelease(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
-		if !ok || strings.HasPrefix(k, "#") {
-			continue
-		}
-		if uq, err := strconv.Unquote(v); err == nil {
-			v = uq
-		} else {
-			v = strings.Trim(v, `'"`)
-		}
-		m[k] = v
-	}
-	return m, sc.Err()
 }
 
 func mksquashfs(ctx context.Context, root, out string, epoch int64) error {

@@ -56,16 +56,20 @@ func SanitizeName(s string) string {
 // names it among its needs, which is what makes the graph run the reader
 // after the producer.
 type Value[T any] struct {
-	from string
-	v    T
-	set  bool
+	from, what string
+	v          T
+	set        bool
 }
 
-// NewValue returns the value the node named from will set.
-func NewValue[T any](from string) *Value[T] { return &Value[T]{from: from} }
+// NewValue returns the value the node named from will set; what says what
+// it is, for the plan and the docs.
+func NewValue[T any](from, what string) *Value[T] { return &Value[T]{from: from, what: what} }
 
 // From names the node that sets the value.
 func (v *Value[T]) From() string { return v.from }
+
+// What says what the value is.
+func (v *Value[T]) What() string { return v.what }
 
 // Ready says whether the value has been set.
 func (v *Value[T]) Ready() bool { return v.set }
@@ -85,5 +89,6 @@ func (v *Value[T]) Get() T {
 // Handover is a Value of any type, as a node's needs list it.
 type Handover interface {
 	From() string
+	What() string
 	Ready() bool
 }
