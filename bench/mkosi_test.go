@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -230,7 +231,7 @@ func bootToMultiUser(b *testing.B, disk string) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(b, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, ExtraArgs: []string{"-snapshot"}, MemoryMB: 2048})
+	vm := qemutest.StartT(b, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, ExtraArgs: []string{"-snapshot"}, MemoryMB: 2048})
 	if _, err := vm.WaitFor(ctx, testutil.MultiUser); err != nil {
 		b.Fatalf("boot: %v", err)
 	}

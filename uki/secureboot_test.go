@@ -14,6 +14,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/diskimage"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -89,7 +90,7 @@ func TestSecureBootEnforced(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		vm := qemu.StartT(t, ctx, qemu.Config{
+		vm := qemutest.StartT(t, ctx, qemu.Config{
 			UEFI: true, SecureBoot: true, Vars: vars, TPMSocket: tpm,
 			Disks: []string{disk}, MemoryMB: 512, NoReboot: true,
 			FailureMarkers: failure,

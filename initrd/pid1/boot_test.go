@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -75,7 +76,7 @@ func TestBootMemoryMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(t, ctx, qemu.Config{
+	vm := qemutest.StartT(t, ctx, qemu.Config{
 		UEFI: true, Kernel: kernel, Initrd: initrdPath, MemoryMB: 1536,
 		Append:    "console=ttyS0 osb.debug=1",
 		NoReboot:  true,
@@ -107,7 +108,7 @@ func TestBootFatalOnBadCmdline(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	vm := qemu.StartT(t, ctx, qemu.Config{
+	vm := qemutest.StartT(t, ctx, qemu.Config{
 		Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 512, NoReboot: true,
 		Append: "console=ttyS0 osb.mode=memory osb.frobnicate=1",
 		// Watch for the FATAL line itself; only a panic is a failure here.
@@ -140,7 +141,7 @@ func TestBootFatalReboot(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	vm := qemu.StartT(t, ctx, qemu.Config{
+	vm := qemutest.StartT(t, ctx, qemu.Config{
 		Kernel: f.kernel, Initrd: f.initrd, MemoryMB: 512, NoReboot: true,
 		Append:         "console=ttyS0 osb.fatal=reboot:3 osb.root=bogus",
 		FailureMarkers: []string{"Kernel panic"},

@@ -21,6 +21,7 @@ import (
 	"github.com/diskfs/go-diskfs/partition/gpt"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -216,7 +217,7 @@ func blankDisk(t *testing.T) string {
 // as the command line and a NIC on slirp; a guest reboot ends QEMU.
 func (f *fixture) directBoot(t *testing.T, ctx context.Context, append string, disk string, failure []string) *qemu.VM {
 	t.Helper()
-	return qemu.StartT(t, ctx, f.directConfig(append, disk, failure))
+	return qemutest.StartT(t, ctx, f.directConfig(append, disk, failure))
 }
 
 // directBootIPv6 is directBoot on an IPv6-only slirp network: no DHCPv4,
@@ -226,7 +227,7 @@ func (f *fixture) directBootIPv6(t *testing.T, ctx context.Context, cmdline stri
 	cfg := f.directConfig(cmdline, disk, failure)
 	cfg.Net = nil
 	cfg.ExtraArgs = append(cfg.ExtraArgs, "-netdev", "user,id=n6,ipv4=off,ipv6=on", "-device", "virtio-net-pci,netdev=n6,romfile=")
-	return qemu.StartT(t, ctx, cfg)
+	return qemutest.StartT(t, ctx, cfg)
 }
 
 func (f *fixture) directConfig(cmdline string, disk string, failure []string) qemu.Config {
@@ -303,7 +304,7 @@ func (f *fixture) bootDisk(t *testing.T, disk string, want ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: vmMemoryMB})
+	vm := qemutest.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: vmMemoryMB})
 	for _, w := range append([]string{"root=partlabel:osb-root", "osb-init: root ready"}, append(want, probeDone)...) {
 		if _, err := vm.WaitFor(ctx, w); err != nil {
 			t.Fatal(err)

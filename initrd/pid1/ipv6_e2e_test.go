@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/internal/testutil/netns"
 )
@@ -103,7 +104,7 @@ func TestUEFIHTTPBootIPv6(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemu.StartT(t, ctx, qemu.Config{
+	vm := qemutest.StartT(t, ctx, qemu.Config{
 		UEFI: true, MemoryMB: 3072, SerialLog: os.Getenv("OSB_SERIAL_LOG"),
 		ExtraArgs: []string{
 			"-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",

@@ -8,7 +8,9 @@
 // (initrd/pid1), and cmd/builder links none of the init's packages: the
 // paths both sides agree on are in initrd/layout, so the builder does not
 // carry the init's network stack. internal/... is the bottom floor: it
-// imports nothing of the module outside internal/.
+// imports nothing of the module outside internal/. Test-support packages
+// (qemutest, osimagetest, internal/testutil, ...) stay out of production
+// binaries: no other package of the module imports them.
 package depsrule
 
 import (
@@ -74,6 +76,15 @@ func under(pkg, dir string) bool {
 	return pkg == dir || strings.HasPrefix(pkg, dir+"/")
 }
 
+// testSupport reports whether pkg, a package of this module, is one only
+// tests import: its path ends in "test" (qemutest, osimagetest, gpttest,
+// buildertest) or it is internal/testutil or below. Packages outside the
+// module are not judged: every package's deps hold the standard library's
+// internal/synctest.
+func testSupport(pkg string) bool {
+	return under(pkg, module) && (strings.HasSuffix(pkg, "test") || strings.Contains(pkg, "/testutil"))
+}
+
 // violations applies the rules to a package graph.
 func violations(graph map[string][]string) []string {
 	var v []string
@@ -83,6 +94,7 @@ func violations(graph map[string][]string) []string {
 		isInit := pkg == module+"/cmd/init"
 		isBuilder := pkg == module+"/cmd/builder"
 		internal := under(pkg, module+"/internal")
+		production := !testSupport(pkg)
 		for _, d := range ds {
 			if isInit && !initAllowed(d) {
 				v = append(v, pkg+" links "+d+" (cmd/init links only the standard library and golang.org/x/sys)")
@@ -94,6 +106,9 @@ func violations(graph map[string][]string) []string {
 			}
 			if internal && under(d, module) && !under(d, module+"/internal") {
 				v = append(v, pkg+" imports "+d+" (internal/... imports nothing of the module outside internal/)")
+			}
+			if production && testSupport(d) {
+				v = append(v, pkg+" imports "+d+" (test-support packages stay out of non-test packages)")
 			}
 			if boot && (strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/")) {
 				v = append(v, pkg+" imports "+d+" (boot/... stays free of Kubernetes)")
@@ -140,6 +155,18 @@ func TestViolationsCaught(t *testing.T) {
 			module + "/initrd/pid1", module + "/initrd/gpt", "github.com/klauspost/compress/zstd", "golang.org/x/sysfoo"},
 		// Other commands may link what they like.
 		module + "/cmd/serverboot": {"github.com/klauspost/compress/zstd"},
+		// Test-support packages: not in production packages, even
+		// transitively; among themselves they may; the standard library's
+		// names (internal/synctest, net/http/httptest) are not judged.
+		module + "/redfishemu/qemutier": {"internal/synctest", module + "/internal/qemu", module + "/internal/qemu/qemutest"},
+		module + "/uki":                 {module + "/internal/testutil/uefiboot", module + "/internal/testutil"},
+		module + "/publish":             {module + "/osimage/osimagetest"},
+		module + "/initrd/gpt":          {module + "/initrd/gpt/gpttest"},
+		module + "/builder/step":        {module + "/builder/internal/buildertest"},
+		module + "/cmd/redfish-emulator": {"net/http/httptest", "internal/synctest",
+			module + "/internal/qemu"},
+		module + "/internal/testutil/uefiboot": {module + "/internal/qemu/qemutest", module + "/internal/testutil"},
+		module + "/osimage/osimagetest":        {module + "/internal/testutil", module + "/osimage"},
 	})
 	want := []string{
 		"boot/redfish imports sigs.k8s.io/yaml",
@@ -151,6 +178,12 @@ func TestViolationsCaught(t *testing.T) {
 		"initrd links " + module + "/initrd/pid1",
 		"internal/testutil imports " + module + "/recipe",
 		"internal/qemu imports " + module + "/internalx",
+		"redfishemu/qemutier imports " + module + "/internal/qemu/qemutest",
+		"uki imports " + module + "/internal/testutil/uefiboot",
+		"uki imports " + module + "/internal/testutil (",
+		"publish imports " + module + "/osimage/osimagetest",
+		"initrd/gpt imports " + module + "/initrd/gpt/gpttest",
+		"builder/step imports " + module + "/builder/internal/buildertest",
 	}
 	all := strings.Join(got, "\n")
 	if len(got) != len(want) {

@@ -16,7 +16,7 @@ func TestMonitor(t *testing.T) {
 	needQEMU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vm := StartT(t, ctx, Config{MemoryMB: 128, Net: &NetConfig{NoROM: true}, Monitor: true, Paused: true,
+	vm := startT(t, ctx, Config{MemoryMB: 128, Net: &NetConfig{NoROM: true}, Monitor: true, Paused: true,
 		FailureMarkers: []string{}})
 	mon, err := vm.Monitor(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func TestMonitorNeedsConfig(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	vm := StartT(t, ctx, Config{MemoryMB: 128, FailureMarkers: []string{}})
+	vm := startT(t, ctx, Config{MemoryMB: 128, FailureMarkers: []string{}})
 	if _, err := vm.Monitor(ctx); err == nil {
 		t.Error("Monitor on a VM started without Config.Monitor")
 	}

@@ -517,29 +517,3 @@ func (vm *VM) cleanup() {
 	}
 	os.RemoveAll(vm.tmpDir)
 }
-
-// TB is the part of testing.TB that StartT needs.
-type TB interface {
-	Helper()
-	Cleanup(func())
-	Fatalf(format string, args ...any)
-	Logf(format string, args ...any)
-	Failed() bool
-}
-
-// StartT starts a VM for a test and stops it when the test ends, logging
-// the console's tail if the test failed.
-func StartT(t TB, ctx context.Context, cfg Config) *VM {
-	t.Helper()
-	vm, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("console tail:\n%s", vm.Tail(60))
-		}
-		vm.Stop()
-	})
-	return vm
-}

@@ -26,6 +26,24 @@ func needQEMU(t *testing.T) {
 	}
 }
 
+// startT starts a VM for a test and stops it when the test ends, logging
+// the console's tail if the test failed: qemutest.StartT, which this package
+// cannot import (qemutest imports qemu).
+func startT(t *testing.T, ctx context.Context, cfg Config) *VM {
+	t.Helper()
+	vm, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("console tail:\n%s", vm.Tail(60))
+		}
+		vm.Stop()
+	})
+	return vm
+}
+
 func TestArgs(t *testing.T) {
 	cfg := Config{
 		Kernel: "/k", Initrd: "/i", Append: "console=ttyS0",
@@ -115,7 +133,7 @@ func TestOVMFShellIsFailure(t *testing.T) {
 	needQEMU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	vm := StartT(t, ctx, Config{UEFI: true, MemoryMB: 256})
+	vm := startT(t, ctx, Config{UEFI: true, MemoryMB: 256})
 	start := time.Now()
 	_, err := vm.WaitFor(ctx, "this never appears")
 	if !errors.Is(err, ErrFailureMarker) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
+	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -44,7 +45,7 @@ func BootsFrom(t *testing.T, cfg qemu.Config, started *regexp.Regexp) {
 	cfg.UEFI, cfg.MemoryMB, cfg.NoReboot = true, 512, true
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	vm := qemu.StartT(t, ctx, cfg)
+	vm := qemutest.StartT(t, ctx, cfg)
 	if _, err := vm.WaitFor(ctx, SystemdBootMarker); err != nil {
 		t.Fatal(err)
 	}
