@@ -15,6 +15,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/cache"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 )
 
 // defaultCacheDir is the one description of the default cache directory
@@ -95,9 +96,9 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case olderThan < 0:
-				return usageError{fmt.Errorf("--older-than %s is negative", olderThan)}
+				return exitcode.UsageError(fmt.Errorf("--older-than %s is negative", olderThan))
 			case all && olderThan > 0:
-				return usageError{errors.New("--all and --older-than exclude each other")}
+				return exitcode.UsageError(errors.New("--all and --older-than exclude each other"))
 			}
 			s, err := open()
 			if err != nil {

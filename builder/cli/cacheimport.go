@@ -10,6 +10,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	"github.com/ironcore-dev/os-builder/cache"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 )
 
 // importResult is what `cache import --json` prints.
@@ -38,7 +39,7 @@ manifest digest still matches.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ref, err := name.NewDigest(args[0])
 			if err != nil {
-				return usageError{fmt.Errorf("%s: must be pinned by digest (NAME[:TAG]@sha256:...): %w", args[0], err)}
+				return exitcode.UsageError(fmt.Errorf("%s: must be pinned by digest (NAME[:TAG]@sha256:...): %w", args[0], err))
 			}
 			dir := *cacheDir
 			if dir == "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/builder/progress"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -24,12 +25,6 @@ const (
 	ExitUsage       = exitcode.Usage
 	ExitInterrupted = exitcode.Interrupted
 )
-
-// usageError marks errors that are the caller's input, not the build.
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
-func (e usageError) ExitCode() int { return exitcode.Usage }
 
 // Main runs the CLI with args and returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -59,11 +54,11 @@ var extraCommands []func(stdout, stderr io.Writer) *cobra.Command
 func loadRecipe(path string, exclude []string) (*recipe.Recipe, error) {
 	r, err := recipe.Load(path)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, exitcode.UsageError(err)
 	}
 	if len(exclude) > 0 {
 		if err := r.ExcludeLayers(exclude...); err != nil {
-			return nil, usageError{err}
+			return nil, exitcode.UsageError(err)
 		}
 	}
 	return r, nil
@@ -94,12 +89,12 @@ refused before the build starts, because the swap deletes what it held.`,
 				return err
 			}
 			if opts.Jobs < 0 {
-				return usageError{fmt.Errorf("--jobs %d: want 1 or more (0: one per core)", opts.Jobs)}
+				return exitcode.UsageError(fmt.Errorf("--jobs %d: want 1 or more (0: one per core)", opts.Jobs))
 			}
 			if plan {
 				p, err := builder.PlanBuild(cmd.Context(), r, opts)
 				if errors.Is(err, builder.ErrOutputNotOurs) {
-					return usageError{err}
+					return exitcode.UsageError(err)
 				}
 				if err != nil {
 					return err
@@ -112,11 +107,11 @@ refused before the build starts, because the swap deletes what it held.`,
 			opts.Progress = stderr
 			opts.Init = Init
 			if asJSON {
-				opts.ProgressMode = builder.ModeJSON
+				opts.ProgressMode = progress.ModeJSON
 			}
 			m, err := builder.Build(cmd.Context(), r, opts)
 			if errors.Is(err, builder.ErrOutputNotOurs) {
-				return usageError{err}
+				return exitcode.UsageError(err)
 			}
 			if err != nil {
 				return lockUsage(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -23,7 +24,7 @@ func init() {
 func lockUsage(err error) error {
 	var le *sources.LockError
 	if errors.As(err, &le) {
-		return usageError{err}
+		return exitcode.UsageError(err)
 	}
 	return err
 }
@@ -51,9 +52,9 @@ that cannot be resolved fails the command and nothing is written.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) < 1:
-				return usageError{fmt.Errorf("%s: want RECIPE (see --help)", cmd.CommandPath())}
+				return exitcode.UsageError(fmt.Errorf("%s: want RECIPE (see --help)", cmd.CommandPath()))
 			case len(args) > 1 && !update:
-				return usageError{fmt.Errorf("%s: LAYER arguments go with --update (see --help)", cmd.CommandPath())}
+				return exitcode.UsageError(fmt.Errorf("%s: LAYER arguments go with --update (see --help)", cmd.CommandPath()))
 			}
 			return nil
 		},
@@ -66,9 +67,9 @@ that cannot be resolved fails the command and nothing is written.`,
 			for _, l := range layers {
 				switch {
 				case slices.Contains(r.Exclude, l):
-					return usageError{fmt.Errorf("--update %s: the layer is excluded", l)}
+					return exitcode.UsageError(fmt.Errorf("--update %s: the layer is excluded", l))
 				case !slices.Contains(r.LayerNames(), l):
-					return usageError{fmt.Errorf("--update %s: no layer of that name (layers: %s)", l, strings.Join(r.LayerNames(), ", "))}
+					return exitcode.UsageError(fmt.Errorf("--update %s: no layer of that name (layers: %s)", l, strings.Join(r.LayerNames(), ", ")))
 				}
 			}
 			path := recipe.LockPath(r.Path)
@@ -76,7 +77,7 @@ that cannot be resolved fails the command and nothing is written.`,
 			if errors.Is(err, fs.ErrNotExist) {
 				old = nil
 			} else if err != nil {
-				return usageError{err}
+				return exitcode.UsageError(err)
 			}
 			next, changes, err := sources.UpdateLock(cmd.Context(), r, old, sources.LockOptions{Update: update, Layers: layers})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
 	"github.com/ironcore-dev/os-builder/uki"
@@ -40,7 +41,7 @@ Credentials come from the docker config and the environment, never from flags.`,
 		Args: icli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (signKey == "") != (signCert == "") {
-				return usageError{errors.New("--sign-key and --sign-cert go together")}
+				return exitcode.UsageError(errors.New("--sign-key and --sign-cert go together"))
 			}
 			if signKey != "" {
 				var err error
@@ -96,7 +97,7 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if signCert != "" {
 				if len(verify) == 0 {
-					return usageError{errors.New("--sign-cert needs --verify")}
+					return exitcode.UsageError(errors.New("--sign-cert needs --verify"))
 				}
 				var err error
 				if opts.VerifyCert, err = uki.LoadCertificate(signCert); err != nil {

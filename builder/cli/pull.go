@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/publish"
 )
 
@@ -36,9 +37,9 @@ needs --arch.`,
 			switch des, err := os.ReadDir(dir); {
 			case errors.Is(err, os.ErrNotExist):
 			case err != nil:
-				return usageError{fmt.Errorf("pull: %w", err)}
+				return exitcode.UsageError(fmt.Errorf("pull: %w", err))
 			case len(des) > 0:
-				return usageError{fmt.Errorf("pull: %s holds %q: want a new or empty directory", dir, des[0].Name())}
+				return exitcode.UsageError(fmt.Errorf("pull: %s holds %q: want a new or empty directory", dir, des[0].Name()))
 			}
 			m, err := publish.Pull(cmd.Context(), args[0], dir, opts)
 			if err != nil {
