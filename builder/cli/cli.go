@@ -91,6 +91,9 @@ refused before the build starts, because the swap deletes what it held.`,
 			if opts.Jobs < 0 {
 				return exitcode.UsageError(fmt.Errorf("--jobs %d: want 1 or more (0: one per core)", opts.Jobs))
 			}
+			// The plan keys the init step as the build does: by the init
+			// this builder carries, when it carries one.
+			opts.Init = Init
 			if plan {
 				p, err := builder.PlanBuild(cmd.Context(), r, opts)
 				if errors.Is(err, builder.ErrOutputNotOurs) {
@@ -105,7 +108,6 @@ refused before the build starts, because the swap deletes what it held.`,
 				return p.WriteText(stdout)
 			}
 			opts.Progress = stderr
-			opts.Init = Init
 			if asJSON {
 				opts.ProgressMode = progress.ModeJSON
 			}
