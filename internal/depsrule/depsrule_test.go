@@ -10,7 +10,10 @@
 // carry the init's network stack. internal/... is the bottom floor: it
 // imports nothing of the module outside internal/. Test-support packages
 // (qemutest, osimagetest, internal/testutil, ...) stay out of production
-// binaries: no other package of the module imports them.
+// binaries: no other package of the module imports them. The builder's step
+// packages (sources, rootfs, artifacts) import each other only through the
+// vocabulary, builder/step, and neither they nor what they build on (step,
+// progress, command, graph) import the builder above them.
 package depsrule
 
 import (
@@ -85,6 +88,30 @@ func testSupport(pkg string) bool {
 	return under(pkg, module) && (strings.HasSuffix(pkg, "test") || strings.Contains(pkg, "/testutil"))
 }
 
+// stepPackages implement the build's steps; they speak to each other only
+// through builder/step, the vocabulary.
+var stepPackages = []string{module + "/builder/sources", module + "/builder/rootfs", module + "/builder/artifacts"}
+
+// buildBelow are what the step packages build on: none of them may import
+// a step package or the builder above them.
+var buildBelow = []string{module + "/builder/step", module + "/builder/progress", module + "/builder/command", module + "/builder/graph"}
+
+// layerOf names pkg's layer of the builder: "step" for a step package,
+// "below" for what they build on, "" otherwise.
+func layerOf(pkg string) string {
+	for _, p := range stepPackages {
+		if under(pkg, p) {
+			return "step"
+		}
+	}
+	for _, p := range buildBelow {
+		if under(pkg, p) {
+			return "below"
+		}
+	}
+	return ""
+}
+
 // violations applies the rules to a package graph.
 func violations(graph map[string][]string) []string {
 	var v []string
@@ -95,7 +122,17 @@ func violations(graph map[string][]string) []string {
 		isBuilder := pkg == module+"/cmd/builder"
 		internal := under(pkg, module+"/internal")
 		production := !testSupport(pkg)
+		layer := layerOf(pkg)
 		for _, d := range ds {
+			upper := d == module+"/builder" || under(d, module+"/builder/cli")
+			switch {
+			case layer == "step" && layerOf(d) == "step" && !under(d, pkg):
+				v = append(v, pkg+" imports "+d+" (step packages speak to each other through builder/step only)")
+			case layer == "step" && upper:
+				v = append(v, pkg+" imports "+d+" (step packages are below the builder)")
+			case layer == "below" && (layerOf(d) == "step" || upper):
+				v = append(v, pkg+" imports "+d+" (builder/step, progress, command and graph are below the step packages)")
+			}
 			if isInit && !initAllowed(d) {
 				v = append(v, pkg+" links "+d+" (cmd/init links only the standard library and golang.org/x/sys)")
 			}
@@ -167,6 +204,12 @@ func TestViolationsCaught(t *testing.T) {
 			module + "/internal/qemu"},
 		module + "/internal/testutil/uefiboot": {module + "/internal/qemu/qemutest", module + "/internal/testutil"},
 		module + "/osimage/osimagetest":        {module + "/internal/testutil", module + "/osimage"},
+		// The builder's layers: step packages through the vocabulary only.
+		module + "/builder/artifacts": {module + "/builder/step", module + "/builder/progress", module + "/builder/rootfs"},
+		module + "/builder/sources":   {module + "/builder/step", module + "/builder/command", module + "/builder"},
+		module + "/builder/progress":  {module + "/builder/artifacts"},
+		module + "/builder/command":   {"os/exec"},
+		module + "/builder":           {module + "/builder/sources", module + "/builder/rootfs", module + "/builder/artifacts", module + "/builder/step"},
 	})
 	want := []string{
 		"boot/redfish imports sigs.k8s.io/yaml",
@@ -184,6 +227,9 @@ func TestViolationsCaught(t *testing.T) {
 		"publish imports " + module + "/osimage/osimagetest",
 		"initrd/gpt imports " + module + "/initrd/gpt/gpttest",
 		"builder/step imports " + module + "/builder/internal/buildertest",
+		"builder/artifacts imports " + module + "/builder/rootfs (step packages speak",
+		"builder/sources imports " + module + "/builder (step packages are below",
+		"builder/progress imports " + module + "/builder/artifacts (builder/step, progress",
 	}
 	all := strings.Join(got, "\n")
 	if len(got) != len(want) {
