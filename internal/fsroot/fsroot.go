@@ -108,25 +108,28 @@ func (r *Root) parent(op, name string) (int, string, error) {
 }
 
 // Open opens the regular file or directory name for reading, following
-// symlinks inside the tree. Devices and FIFOs are refused (without
-// blocking on them): a tree's data never comes from one.
+// symlinks inside the tree. Devices and FIFOs are refused before they are
+// opened: the type is checked on an O_PATH fd, which runs no driver's open
+// (a watchdog's starts its timer) and does not block on a FIFO, and only
+// then is that same inode opened for reading, through its /proc/self/fd
+// entry. A tree's data never comes from a device.
 func (r *Root) Open(name string) (*os.File, error) {
-	fd, err := r.openat2(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	pfd, err := r.openat2(name, unix.O_PATH, 0)
 	if err != nil {
 		return nil, r.errorf("open", name, err)
 	}
+	defer unix.Close(pfd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := unix.Fstat(pfd, &st); err != nil {
 		return nil, r.errorf("open", name, err)
 	}
 	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
-		unix.Close(fd)
 		return nil, r.errorf("open", name, fmt.Errorf("not a regular file or directory (mode %#o)", st.Mode))
 	}
-	// Blocking again: Go's poller has nothing to wait for on files.
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
+	// The magic link names the checked inode, whatever the tree's paths
+	// say by now; an inode's type never changes.
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return nil, r.errorf("open", name, err)
 	}
 	return os.NewFile(uintptr(fd), r.path+":"+display(name)), nil

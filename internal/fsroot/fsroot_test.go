@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,25 +22,49 @@ type farm struct {
 	r                    *Root
 }
 
-func newFarm(t testing.TB) *farm {
+func newFarm(t testing.TB) *farm { return newFarmIn(t, t.TempDir()) }
+
+// newFarmIn makes the farm in the empty directory host.
+func newFarmIn(t testing.TB, host string) *farm {
 	t.Helper()
-	host := t.TempDir()
-	root := filepath.Join(host, "root")
-	must(t, os.MkdirAll(filepath.Join(root, "run"), 0o755))
-	must(t, os.MkdirAll(filepath.Join(root, "var"), 0o755))
+	f := &farm{host: host, root: filepath.Join(host, "root"), sentinel: filepath.Join(host, "outside", "sentinel")}
 	must(t, os.MkdirAll(filepath.Join(host, "outside"), 0o755))
-	sentinel := filepath.Join(host, "outside", "sentinel")
-	must(t, os.WriteFile(sentinel, []byte("host"), 0o600))
-	// What Debian trees hold, and what a hostile layer may ship.
-	must(t, os.Symlink("/run", filepath.Join(root, "var/run")))
-	must(t, os.Symlink("/", filepath.Join(root, "slash")))
-	must(t, os.Symlink("../../../../..", filepath.Join(root, "up")))
-	must(t, os.Symlink(filepath.Join(host, "outside"), filepath.Join(root, "hostdir")))
-	must(t, os.Symlink(sentinel, filepath.Join(root, "hostfile")))
-	r, err := Open(root)
+	must(t, os.WriteFile(f.sentinel, []byte("host"), 0o600))
+	must(t, os.Mkdir(f.root, 0o755))
+	f.populate(t)
+	r, err := Open(f.root)
 	must(t, err)
 	t.Cleanup(func() { r.Close() })
-	return &farm{host: host, root: root, sentinel: sentinel, r: r}
+	f.r = r
+	return f
+}
+
+// populate fills the empty root.
+func (f *farm) populate(t testing.TB) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Join(f.root, "run"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(f.root, "var"), 0o755))
+	// What Debian trees hold, and what a hostile layer may ship.
+	must(t, os.Symlink("/run", filepath.Join(f.root, "var/run")))
+	must(t, os.Symlink("/", filepath.Join(f.root, "slash")))
+	must(t, os.Symlink("../../../../..", filepath.Join(f.root, "up")))
+	must(t, os.Symlink(filepath.Join(f.host, "outside"), filepath.Join(f.root, "hostdir")))
+	must(t, os.Symlink(f.sentinel, filepath.Join(f.root, "hostfile")))
+}
+
+// reset empties the root (through host paths, which stay in the root: the
+// host's own RemoveAll follows no symlink) and fills it again, as it was
+// made; the root directory's mode and owner are restored too.
+func (f *farm) reset(t testing.TB) {
+	t.Helper()
+	names, err := os.ReadDir(f.root)
+	must(t, err)
+	for _, n := range names {
+		must(t, os.RemoveAll(filepath.Join(f.root, n.Name())))
+	}
+	must(t, os.Chmod(f.root, 0o755))
+	must(t, os.Lchown(f.root, os.Geteuid(), os.Getegid()))
+	f.populate(t)
 }
 
 // untouched fails the test if anything outside the root changed.
@@ -250,6 +276,88 @@ func TestAttributesStayInsideRoot(t *testing.T) {
 	must(t, f.r.Rename("/var/run/f", "/slash/g"))
 	if _, err := os.Stat(filepath.Join(f.root, "g")); err != nil {
 		t.Error(err)
+	}
+	f.untouched(t)
+}
+
+// openEvents runs do and returns the names in dir that were opened for
+// reading or writing meanwhile (inotify IN_OPEN): an O_PATH open is not
+// one, the open that reaches a FIFO's or a device driver's open is.
+func openEvents(t *testing.T, dir string, do func()) []string {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	must(t, err)
+	defer unix.Close(fd)
+	_, err = unix.InotifyAddWatch(fd, dir, unix.IN_OPEN)
+	must(t, err)
+	do()
+	buf := make([]byte, 64<<10)
+	n, err := unix.Read(fd, buf)
+	if err == unix.EAGAIN {
+		return nil
+	}
+	must(t, err)
+	var names []string
+	for off := 0; off+unix.SizeofInotifyEvent <= n; {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := string(buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)])
+		names = append(names, strings.TrimRight(name, "\x00"))
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+	}
+	return names
+}
+
+// TestOpenChecksBeforeOpening: Open refuses a FIFO or a device node before
+// opening it for reading, so no driver's open runs (a watchdog starts
+// counting on open). inotify shows whether the node was opened; and since
+// the open after the check does not ask for O_NONBLOCK, a FIFO opened
+// there would block until a writer came: the refusal must come at once.
+// Before, Open opened with O_NONBLOCK and checked the type after: the
+// node was opened (and a device's open ran) before the refusal.
+func TestOpenChecksBeforeOpening(t *testing.T) {
+	f := newFarm(t)
+	dir := filepath.Join(f.root, "run")
+	must(t, unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644))
+	must(t, unix.Mknod(filepath.Join(dir, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(t, os.WriteFile(filepath.Join(dir, "data"), []byte("inside"), 0o644))
+	for _, tc := range []struct {
+		name   string
+		opened []string // what inotify must see opened
+		err    string
+	}{
+		{"/var/run/fifo", nil, "not a regular file or directory"},
+		{"/run/null", nil, "not a regular file or directory"},
+		{"/var/run/data", []string{"data"}, ""},
+		{"/var/run", []string{""}, ""}, // the watched directory itself: no name
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			got := openEvents(t, dir, func() {
+				done := make(chan error, 1)
+				go func() {
+					file, err := f.r.Open(tc.name)
+					if err == nil {
+						file.Close()
+					}
+					done <- err
+				}()
+				select {
+				case err = <-done:
+				case <-time.After(5 * time.Second):
+					// Let the blocked open go: a writer, never blocking.
+					if w, werr := os.OpenFile(filepath.Join(dir, "fifo"), os.O_RDWR, 0); werr == nil {
+						defer w.Close()
+					}
+					t.Fatalf("Open(%s) blocked: it opened the FIFO before checking its type", tc.name)
+				}
+			})
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("Open(%s) = %v, want %q", tc.name, err, tc.err)
+			}
+			if !slices.Equal(got, tc.opened) {
+				t.Errorf("Open(%s) opened %q, want %q", tc.name, got, tc.opened)
+			}
+		})
 	}
 	f.untouched(t)
 }
