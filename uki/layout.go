@@ -1,0 +1,310 @@
+package uki
+
+import (
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// layout validates the inputs and computes the output image's headers and
+// section placement.
+func layout(opts Options) (*plan, error) {
+	if len(opts.Kernel) == 0 {
+		return nil, errors.New("uki: kernel is empty")
+	}
+	if len(opts.Stub) == 0 {
+		return nil, errors.New("uki: stub is empty")
+	}
+	stub, err := parsePE(opts.Stub)
+	if err != nil {
+		return nil, fmt.Errorf("uki: parsing stub: %w", err)
+	}
+	switch {
+	case opts.Machine != 0 && stub.Machine != opts.Machine:
+		return nil, fmt.Errorf("uki: stub is built for machine %#x, want %#x", stub.Machine, opts.Machine)
+	case stub.Machine != MachineAMD64 && stub.Machine != MachineARM64:
+		return nil, fmt.Errorf("uki: stub machine %#x is neither x86-64 nor arm64", stub.Machine)
+	}
+	if stub.NumDirs <= dirSecurity {
+		return nil, fmt.Errorf("uki: stub has %d data directories, no certificate table entry", stub.NumDirs)
+	}
+
+	if opts.InitrdReader != nil && len(opts.Initrd) > 0 {
+		return nil, errors.New("uki: Initrd and InitrdReader are both set")
+	}
+	initrd := region{data: opts.Initrd, src: opts.InitrdReader}
+
+	// The new sections, in placement order.
+	type newSection struct {
+		name string
+		region
+	}
+	var adds []newSection
+	add := func(name string, data []byte) {
+		if len(data) > 0 {
+			adds = append(adds, newSection{name, region{data: data}})
+		}
+	}
+	add(SectionOSRel, []byte(opts.OSRelease))
+	add(SectionCmdline, []byte(strings.TrimSpace(opts.Cmdline)))
+	add(SectionUname, []byte(strings.TrimSpace(opts.Uname)))
+	add(SectionSBAT, []byte(mergeSBAT(stub, opts)))
+	for _, s := range opts.Sections {
+		adds = append(adds, newSection{s.Name, region{data: s.Data}})
+	}
+	if key, ok := opts.Signer.(*rsa.PrivateKey); ok && SignsPCR(opts.Stub, key) {
+		sections := map[string][32]byte{}
+		given := map[string]bool{}
+		for _, a := range append(adds, newSection{SectionInitrd, initrd}, newSection{SectionLinux, region{data: opts.Kernel}}) {
+			given[a.name] = true
+			if a.len() == 0 {
+				continue
+			}
+			h := sha256.New()
+			if err := a.writeContent(h); err != nil {
+				return nil, fmt.Errorf("uki: reading %s: %w", a.name, err)
+			}
+			sections[a.name] = [32]byte(h.Sum(nil))
+		}
+		if !given[SectionPCRPKey] && !given[SectionPCRSig] {
+			phases := opts.PCRPhases
+			if phases == nil {
+				phases = DefaultPCRPhases
+			}
+			pkey, sig, err := pcrSections(stubVersion(stub), key, sections, phases)
+			if err != nil {
+				return nil, fmt.Errorf("uki: %w", err)
+			}
+			add(SectionPCRPKey, pkey)
+			add(SectionPCRSig, sig)
+		}
+	}
+	if initrd.len() > 0 {
+		adds = append(adds, newSection{SectionInitrd, initrd})
+	}
+	add(SectionLinux, opts.Kernel)
+
+	// Stub sections kept: all but .sbat, which the merged one replaces.
+	var kept []sectionHeader
+	removedInit := uint64(0)
+	for _, s := range stub.Sections {
+		if s.Name == SectionSBAT {
+			removedInit += uint64(s.SizeOfRawData)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	names := map[string]bool{}
+	for _, s := range kept {
+		names[s.Name] = true
+	}
+	for _, a := range adds {
+		if a.name == "" || len(a.name) > 8 || a.name[0] != '.' {
+			return nil, fmt.Errorf("uki: section name %q must start with '.' and be at most 8 bytes", a.name)
+		}
+		if a.len() == 0 {
+			return nil, fmt.Errorf("uki: section %s is empty", a.name)
+		}
+		if names[a.name] {
+			return nil, fmt.Errorf("uki: section %s given twice or already in the stub", a.name)
+		}
+		names[a.name] = true
+	}
+
+	// Memory layout of the stub: sections must ascend and not overlap.
+	var vaEnd uint64
+	minVA := uint64(1<<32 - 1)
+	for i, s := range stub.Sections {
+		if uint64(s.VirtualAddress) < vaEnd {
+			return nil, fmt.Errorf("uki: stub section %d (%s) at VA %#x overlaps or precedes the previous one (ends %#x)", i, s.Name, s.VirtualAddress, vaEnd)
+		}
+		// In memory a section spans VirtualSize bytes (SizeOfRawData when
+		// VirtualSize is zero); raw padding beyond it is not mapped.
+		span := s.VirtualSize
+		if span == 0 {
+			span = s.SizeOfRawData
+		}
+		vaEnd = uint64(s.VirtualAddress) + uint64(span)
+		minVA = min(minVA, uint64(s.VirtualAddress))
+	}
+	vaEnd = max(vaEnd, uint64(stub.SizeOfImage))
+
+	// Headers: the new section table must fit below the first section in
+	// memory, and whatever lies after the stub's table must be zero (room
+	// the linker left, not data).
+	nsec := len(kept) + len(adds)
+	if nsec > 0xffff {
+		return nil, errors.New("uki: too many sections")
+	}
+	oldTableEnd := stub.sectionTableOff + len(stub.Sections)*sectionHeaderSize
+	newTableEnd := stub.sectionTableOff + nsec*sectionHeaderSize
+	fa := uint64(stub.FileAlignment)
+	sizeOfHeaders := max(uint64(stub.SizeOfHeaders), alignUp(uint64(newTableEnd), fa))
+	if sizeOfHeaders > minVA {
+		return nil, fmt.Errorf("uki: no room for %d section headers: headers would need %#x bytes but the stub's first section starts at VA %#x", nsec, sizeOfHeaders, minVA)
+	}
+	if end := min(newTableEnd, int(stub.SizeOfHeaders)); end > oldTableEnd {
+		for _, b := range opts.Stub[oldTableEnd:end] {
+			if b != 0 {
+				return nil, fmt.Errorf("uki: no room for %d section headers: stub header bytes after its section table (%#x..%#x) are in use", nsec, oldTableEnd, end)
+			}
+		}
+	}
+	header := make([]byte, sizeOfHeaders)
+	copy(header, opts.Stub[:stub.SizeOfHeaders])
+	clear(header[stub.sectionTableOff:max(oldTableEnd, newTableEnd)])
+
+	// File layout: kept stub sections back to back after the headers, in
+	// their original file order, then the new ones.
+	order := make([]int, len(kept))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return kept[order[a]].PointerToRawData < kept[order[b]].PointerToRawData })
+	pl := &plan{header: header, checksumOff: stub.checksumOffset(), certDirOff: stub.dirOffset(dirSecurity)}
+	fileOff := sizeOfHeaders
+	moved := false
+	for _, i := range order {
+		s := &kept[i]
+		if s.SizeOfRawData == 0 { // nothing in the file (e.g. .bss)
+			s.PointerToRawData = 0
+			continue
+		}
+		if s.SizeOfRawData%uint32(fa) != 0 {
+			return nil, fmt.Errorf("uki: stub section %s has SizeOfRawData %#x, not a multiple of FileAlignment", s.Name, s.SizeOfRawData)
+		}
+		if uint64(s.PointerToRawData) != fileOff {
+			moved = true
+		}
+		pl.regions = append(pl.regions, region{data: stub.rawData(*s), size: s.SizeOfRawData})
+		s.PointerToRawData = uint32(fileOff)
+		fileOff += uint64(s.SizeOfRawData)
+	}
+	if _, dbgSize := stub.dir(dirDebug); moved && dbgSize != 0 {
+		// Debug directory entries hold file offsets we would have to fix.
+		return nil, errors.New("uki: stub sections must move in the file but the stub has a debug directory; strip it first")
+	}
+
+	pageAlign := max(uint64(stub.SectionAlignment), 4096)
+	va := alignUp(vaEnd, pageAlign)
+	headers := kept
+	var addedInit uint64
+	for _, a := range adds {
+		va = alignUp(va, pageAlign)
+		size := uint64(a.len())
+		raw := alignUp(size, fa)
+		if va+size > 1<<32-1 || fileOff+raw > 1<<32-1 {
+			return nil, fmt.Errorf("uki: section %s does not fit in a 4 GiB PE image", a.name)
+		}
+		h := sectionHeader{
+			Name:             a.name,
+			VirtualSize:      uint32(size),
+			VirtualAddress:   uint32(va),
+			SizeOfRawData:    uint32(raw),
+			PointerToRawData: uint32(fileOff),
+			Characteristics:  scnCntInitializedData | scnMemRead,
+		}
+		headers = append(headers, h)
+		r := a.region
+		r.size = uint32(raw)
+		pl.regions = append(pl.regions, r)
+		va += size
+		fileOff += raw
+		addedInit += raw
+	}
+
+	// Section table.
+	for i, s := range headers {
+		b := header[stub.sectionTableOff+i*sectionHeaderSize:][:sectionHeaderSize]
+		copy(b, s.raw[:])
+		clear(b[:8])
+		copy(b[:8], s.Name)
+		binary.LittleEndian.PutUint32(b[8:], s.VirtualSize)
+		binary.LittleEndian.PutUint32(b[12:], s.VirtualAddress)
+		binary.LittleEndian.PutUint32(b[16:], s.SizeOfRawData)
+		binary.LittleEndian.PutUint32(b[20:], s.PointerToRawData)
+		binary.LittleEndian.PutUint32(b[36:], s.Characteristics)
+	}
+
+	// COFF header: section count, timestamp, no symbol table.
+	coff := header[stub.coffOffset:]
+	binary.LittleEndian.PutUint16(coff[2:], uint16(nsec))
+	if opts.SourceDateEpoch != 0 {
+		if opts.SourceDateEpoch < 0 || opts.SourceDateEpoch > 1<<32-1 {
+			return nil, fmt.Errorf("uki: SOURCE_DATE_EPOCH %d does not fit a PE timestamp", opts.SourceDateEpoch)
+		}
+		binary.LittleEndian.PutUint32(coff[4:], uint32(opts.SourceDateEpoch))
+	}
+	binary.LittleEndian.PutUint32(coff[8:], 0)
+	binary.LittleEndian.PutUint32(coff[12:], 0)
+	if stub.SymbolTable != 0 {
+		ch := binary.LittleEndian.Uint16(coff[18:]) | coffLocalSymsStripped | coffLineNumsStripped
+		binary.LittleEndian.PutUint16(coff[18:], ch)
+	}
+
+	// Optional header.
+	opt := header[stub.optOffset:]
+	init := uint64(binary.LittleEndian.Uint32(opt[optSizeOfInitializedData:]))
+	if init += addedInit; init >= removedInit {
+		init -= removedInit
+	} else {
+		init = 0
+	}
+	init = min(init, 1<<32-1)
+	binary.LittleEndian.PutUint32(opt[optSizeOfInitializedData:], uint32(init))
+	binary.LittleEndian.PutUint32(opt[optSizeOfImage:], uint32(alignUp(va, uint64(stub.SectionAlignment))))
+	binary.LittleEndian.PutUint32(opt[optSizeOfHeaders:], uint32(sizeOfHeaders))
+	clear(header[pl.certDirOff : pl.certDirOff+8]) // any stub signature is dropped
+	return pl, nil
+}
+
+// sbatHeader is the mandatory first SBAT line (the SBAT format version).
+const sbatHeader = "sbat,1,SBAT Version,sbat,1,https://github.com/rhboot/shim/blob/main/SBAT.md"
+
+// mergeSBAT builds the .sbat text: the SBAT header line, then the stub's,
+// the kernel's and the caller's component lines, each once.
+func mergeSBAT(stub *peFile, opts Options) string {
+	var parts []string
+	if s, ok := stub.section(SectionSBAT); ok {
+		parts = append(parts, string(stub.content(s)))
+	}
+	if k, err := parsePE(opts.Kernel); err == nil {
+		if s, ok := k.section(SectionSBAT); ok {
+			parts = append(parts, string(k.content(s)))
+		}
+	}
+	if opts.SBAT != "" {
+		parts = append(parts, opts.SBAT)
+	} else {
+		parts = append(parts, DefaultSBAT)
+	}
+	// The first "sbat," (format version) line found wins and goes first.
+	header := sbatHeader
+	var lines []string
+	seen := map[string]bool{}
+	for _, p := range parts {
+		for line := range strings.SplitSeq(p, "\n") {
+			line = strings.TrimSpace(strings.TrimRight(line, "\x00"))
+			switch {
+			case line == "" || seen[line]:
+			case strings.HasPrefix(line, "sbat,"):
+				if !seen["sbat,"] {
+					header = line
+				}
+				seen["sbat,"] = true
+			default:
+				seen[line] = true
+				lines = append(lines, line)
+			}
+		}
+	}
+	out := header + "\n"
+	for _, l := range lines {
+		out += l + "\n"
+	}
+	return out
+}
