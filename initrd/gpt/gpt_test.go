@@ -275,42 +275,6 @@ func TestReadAtBadSectorSize(t *testing.T) {
 	}
 }
 
-// sparseDisk is a disk of size bytes that is zero but for its extents: a
-// fuzzed disk of any size costs only the bytes a reader asks for. It
-// records the largest read, what the reader allocated for one.
-type sparseDisk struct {
-	size    int64
-	extents []extent
-	max     int
-}
-
-type extent struct {
-	off int64
-	b   []byte
-}
-
-func (d *sparseDisk) ReadAt(p []byte, off int64) (int, error) {
-	d.max = max(d.max, len(p))
-	if off < 0 || off >= d.size {
-		return 0, io.EOF
-	}
-	n := len(p)
-	if int64(n) > d.size-off {
-		n = int(d.size - off)
-	}
-	clear(p[:n])
-	for _, e := range d.extents {
-		lo, hi := max(off, e.off), min(off+int64(n), e.off+int64(len(e.b)))
-		if lo < hi {
-			copy(p[lo-off:hi-off], e.b[lo-e.off:hi-e.off])
-		}
-	}
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
 // GPT header fields FuzzRead sets (UEFI spec table 5-5), by offset.
 const (
 	hdrCRC        = 16
@@ -332,12 +296,12 @@ const (
 // fuzzDisk builds a disk from FuzzRead's arguments: a GPT header whose
 // CRCs are right (unless flags say otherwise) over the fuzzed fields, and
 // its entry array, each entry's first 128 bytes from entries.
-func fuzzDisk(shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entriesLBA uint64, n, esize uint32, entries []byte) (*sparseDisk, int) {
+func fuzzDisk(shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entriesLBA uint64, n, esize uint32, entries []byte) (*gpttest.Sparse, int) {
 	ss := gpt.MinSectorSize << (shift % 4)
-	d := &sparseDisk{size: int64(lbas%(1<<40)) * int64(ss)}
+	d := &gpttest.Sparse{Size: int64(lbas%(1<<40)) * int64(ss)}
 	at := uint64(1)
 	if flags&fuzzAtBackup != 0 {
-		at = uint64(d.size/int64(ss)) - 1
+		at = uint64(d.Size/int64(ss)) - 1
 	}
 	if flags&fuzzOwnMyLBA == 0 {
 		myLBA = at
@@ -351,7 +315,7 @@ func fuzzDisk(shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entrie
 			copy(array[i*int(esize):i*int(esize)+gpt.EntrySize], entries[128*i:])
 		}
 		if entriesLBA < 1<<40 {
-			d.extents = append(d.extents, extent{int64(entriesLBA) * int64(ss), array})
+			d.Put(int64(entriesLBA)*int64(ss), array)
 		}
 	}
 	h := make([]byte, ss)
@@ -373,7 +337,7 @@ func fuzzDisk(shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entrie
 	}
 	binary.LittleEndian.PutUint32(h[hdrCRC:], crc)
 	// The header goes last: it wins where the array overlaps it.
-	d.extents = append(d.extents, extent{int64(at) * int64(ss), h})
+	d.Put(int64(at)*int64(ss), h)
 	return d, ss
 }
 
@@ -405,9 +369,9 @@ func FuzzRead(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, shift uint8, lbas uint64, flags uint8, hsize uint32, myLBA, entriesLBA uint64, n, esize uint32, entries []byte) {
 		d, ss := fuzzDisk(shift, lbas, flags, hsize, myLBA, entriesLBA, n, esize, entries)
-		tb, err := gpt.Read(d, ss, d.size)
-		if d.max > max(gpt.MaxEntryArray, ss) {
-			t.Fatalf("read of %d bytes", d.max)
+		tb, err := gpt.Read(d, ss, d.Size)
+		if d.Max > max(gpt.MaxEntryArray, ss) {
+			t.Fatalf("read of %d bytes", d.Max)
 		}
 		if err != nil {
 			return
@@ -417,15 +381,18 @@ func FuzzRead(f *testing.F) {
 		}
 		for _, p := range tb.Partitions {
 			s, e := p.ByteRange(ss)
-			if s < 0 || e <= s || e > d.size {
-				t.Fatalf("partition %+v: bytes %d-%d on a %d-byte disk", p, s, e, d.size)
+			if s < 0 || e <= s || e > d.Size {
+				t.Fatalf("partition %+v: bytes %d-%d on a %d-byte disk", p, s, e, d.Size)
 			}
 		}
-		primary, backup, off, err := tb.Encode(d.size)
+		primary, backup, off, err := tb.Encode(d.Size)
 		if err != nil {
 			return // e.g. overlapping partitions: refused, not written
 		}
-		again, err := gpt.Read(&sparseDisk{size: d.size, extents: []extent{{0, primary}, {off, backup}}}, ss, d.size)
+		written := &gpttest.Sparse{Size: d.Size}
+		written.Put(0, primary)
+		written.Put(off, backup)
+		again, err := gpt.Read(written, ss, d.Size)
 		if err != nil {
 			t.Fatalf("reading back what Encode wrote: %v", err)
 		}

@@ -3,6 +3,7 @@ package pid1
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -259,13 +260,14 @@ func headSignatures() []headSignature {
 	return sigs
 }
 
-// on says whether disk holds s.
-func (s headSignature) on(disk []byte) bool {
-	if int64(len(disk)) < s.need {
+// on says whether disk, of size bytes, holds s.
+func (s headSignature) on(disk io.ReaderAt, size int64) bool {
+	if size < s.need {
 		return false
 	}
 	for off, b := range s.at {
-		if off+int64(len(b)) > int64(len(disk)) || !bytes.Equal(disk[off:off+int64(len(b))], b) {
+		got := make([]byte, len(b))
+		if n, _ := disk.ReadAt(got, off); n != len(b) || !bytes.Equal(got, b) {
 			return false
 		}
 	}
@@ -300,43 +302,42 @@ func FuzzClassifyDisk(f *testing.F) {
 		if off < 0 || off > size-int64(len(b)) {
 			off = 0
 		}
-		disk := make([]byte, size)
+		disk := &gpttest.Sparse{Size: size}
 		if tb := gpttest.Installed(512, size); tb != nil && layout&3 != 0 {
 			primary, backup, boff, err := tb.Encode(size)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if layout&1 != 0 {
-				copy(disk, primary)
+				disk.Put(0, primary)
 			}
 			if layout&2 != 0 {
-				copy(disk[boff:], backup)
+				disk.Put(boff, backup)
 			}
 		}
-		copy(disk[off:], b)
+		disk.Put(off, b)
 		if int(sig) < len(sigs) && sigs[sig].need <= size {
 			for o, p := range sigs[sig].at {
 				if o+int64(len(p)) <= size {
-					copy(disk[o:], p)
+					disk.Put(o, p)
 				}
 			}
 		}
-		r := &gpttest.MaxReadAt{R: bytes.NewReader(disk)}
-		kind, _, reason, err := classifyDisk(r, 512, size)
+		kind, _, reason, err := classifyDisk(disk, 512, size)
 		if err != nil {
 			t.Fatalf("in-memory disk: %v", err)
 		}
 		if (kind == diskForeign) != (reason != "") {
 			t.Fatalf("%v with reason %q", kind, reason)
 		}
-		if r.Max > max(probeWindow, gpt.MaxEntryArray) {
-			t.Fatalf("read of %d bytes", r.Max)
+		if disk.Max > max(probeWindow, gpt.MaxEntryArray) {
+			t.Fatalf("read of %d bytes", disk.Max)
 		}
 		if kind == diskForeign {
 			return
 		}
 		for _, s := range sigs {
-			if s.on(disk) {
+			if s.on(disk, size) {
 				t.Fatalf("a disk holding %s (%v) is %v", s.what, s.at, kind)
 			}
 		}

@@ -50,6 +50,46 @@ func (m *MaxReadAt) ReadAt(p []byte, off int64) (int, error) {
 	return m.R.ReadAt(p, off)
 }
 
+// Sparse is a disk of Size bytes that is zero but for what Put wrote,
+// later writes over earlier ones: a fuzzed disk of any size costs only the
+// bytes a reader asks for. Max records the largest read, what the reader
+// allocated for one.
+type Sparse struct {
+	Size    int64
+	Max     int
+	extents []extent
+}
+
+type extent struct {
+	off int64
+	b   []byte
+}
+
+// Put writes b at off (b is kept, not copied).
+func (d *Sparse) Put(off int64, b []byte) { d.extents = append(d.extents, extent{off, b}) }
+
+func (d *Sparse) ReadAt(p []byte, off int64) (int, error) {
+	d.Max = max(d.Max, len(p))
+	if off < 0 || off >= d.Size {
+		return 0, io.EOF
+	}
+	n := len(p)
+	if int64(n) > d.Size-off {
+		n = int(d.Size - off)
+	}
+	clear(p[:n])
+	for _, e := range d.extents {
+		lo, hi := max(off, e.off), min(off+int64(n), e.off+int64(len(e.b)))
+		if lo < hi {
+			copy(p[lo-off:hi-off], e.b[lo-e.off:hi-e.off])
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 // Hostile is a disk of size bytes (512-byte sectors) whose primary GPT
 // header has a valid CRC over whatever fields edit sets: a CRC proves
 // nothing about the sizes.
