@@ -13,13 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
@@ -28,71 +25,16 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
-	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/keyvalue"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 	"github.com/ironcore-dev/os-builder/uki"
 )
 
-// DefaultSourceDateEpoch is used when SOURCE_DATE_EPOCH is unset, so that
-// builds are reproducible by default (2025-01-01T00:00:00Z).
-const DefaultSourceDateEpoch = 1735689600
-
-// Options control one build.
-type Options struct {
-	// OutputDir receives the artifacts; default out/<recipe name>.
-	OutputDir string
-	// CacheDir holds step outputs; default cache.DefaultDir().
-	CacheDir string
-	// NoCache runs every step, neither reading nor filling the cache.
-	NoCache bool
-	// Verbose explains cache misses.
-	Verbose bool
-	// Progress receives progress lines; nil for silence.
-	Progress io.Writer
-	// ProgressMode is ModeAuto, ModePlain or ModeJSON.
-	ProgressMode string
-	// Jobs bounds the steps running at once (a Go build or a squashfs
-	// write counts as one or more); 0 means the number of cores.
-	Jobs int
-	// MemMiB bounds the memory the running steps may need together; 0
-	// means what the kernel reports available when the build starts.
-	MemMiB int
-	// Verify makes the nothing-changed check hash every artifact instead
-	// of trusting their recorded identity (see upToDate).
-	Verify bool
-	// SignKey and SignCert (PEM paths) sign the UKIs for Secure Boot.
-	SignKey, SignCert string
-	// SourceDateEpoch fixes every timestamp; 0 means $SOURCE_DATE_EPOCH or
-	// DefaultSourceDateEpoch.
-	SourceDateEpoch int64
-	// Locked builds only sources the recipe's lock pins (see
-	// sources.PinSources).
-	Locked bool
-	// Init supplies the initrd's init; nil builds it from source
-	// (initrd.SourceInit). cmd/builder passes the init it carries.
-	Init initrd.InitSource
-}
-
-func (o *Options) epoch() (int64, error) {
-	if o.SourceDateEpoch != 0 {
-		return o.SourceDateEpoch, nil
-	}
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		e, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("SOURCE_DATE_EPOCH=%q: not a number of seconds", s)
-		}
-		return e, nil
-	}
-	return DefaultSourceDateEpoch, nil
-}
-
 // prepare is the start of Build and PlanBuild: it checks the options,
 // opens the cache, loads the signer, pins every source (recipe, lock or
 // resolved) and makes the build's input key. The caller closes b.log.
-func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*build, error) {
+func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, error) {
 	epoch, err := opts.epoch()
 	if err != nil {
 		return nil, err
@@ -124,7 +66,7 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*build, error
 	}
 	log := progress.New(opts.Progress, opts.Verbose, opts.ProgressMode)
 	store.Log = log.Infof
-	b := &build{r: r, opts: opts, epoch: epoch, log: log, store: store, exe: exe}
+	b := &buildRun{r: r, opts: opts, epoch: epoch, log: log, store: store, exe: exe}
 	b.art = artifacts.Config{
 		Outputs: r.OutputSet(),
 		Cmdline: b.cmdline(),
@@ -199,33 +141,7 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 	return b.do(ctx)
 }
 
-type build struct {
-	r     *recipe.Recipe
-	opts  Options
-	epoch int64
-	art   artifacts.Config // what the writers apply
-	exe   string           // the builder executable's digest
-	key   string           // the build's input key (recorded with --no-cache too)
-	store *cache.Store
-	work  string // this build's work directory in the cache
-	run   step.Runner
-	log   *progress.Reporter
-	// pinned lists the sources with their digests, for the manifest.
-	pinned []osimage.Source
-	// prev is what the output directory offers for reuse (reuse.go).
-	prev *previousOutput
-}
-
-// results are what the nodes report as they finish, for progress and the
-// manifest (the values they hand on are in the table's values).
-type results struct {
-	mu    sync.Mutex
-	arts  map[string][]osimage.Artifact // per artifact writer
-	keys  map[string]string             // per shipped file: its writer's key
-	sizes map[string]int64              // per node: its output's bytes
-}
-
-func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
+func (b *buildRun) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	final, err := filepath.Abs(b.opts.OutputDir)
 	if err != nil {
 		return nil, err
@@ -242,14 +158,15 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 		os.RemoveAll(stage)
 		unlock()
 	}()
+	out := staged{dir: stage}
 	if !b.opts.NoCache {
-		b.prev = readPreviousOutput(b.store, final)
+		out.prev = readPreviousOutput(b.store, final)
 	}
 	ns, v := b.table(stage)
 	res := &results{arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
 	g := graph.New()
 	for _, n := range ns {
-		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps(), Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, res, stage)}); err != nil {
+		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps(), Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, res, out)}); err != nil {
 			return nil, err
 		}
 	}
@@ -284,11 +201,18 @@ func (b *build) do(ctx context.Context) (*osimage.BuildManifest, error) {
 
 // runNode is how the graph runs one node: a cached step through the
 // runner, an artifact writer into the staging directory.
-func (b *build) runNode(n node, res *results, stage string) func(ctx context.Context) error {
+// staged is the staging directory the writers write into, and what the
+// previous output offers them.
+type staged struct {
+	dir  string
+	prev *previousOutput
+}
+
+func (b *buildRun) runNode(n node, res *results, out staged) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		ctx = progress.WithMeter(ctx, b.log, n.name)
 		if w := n.writer; w != nil {
-			arts, key, err := b.writeOrReuse(ctx, w, stage)
+			arts, key, err := b.writeOrReuse(ctx, w, out)
 			if err != nil {
 				return err
 			}
@@ -330,7 +254,7 @@ func (b *build) runNode(n node, res *results, stage string) func(ctx context.Con
 // writeOrReuse runs the writer w, or takes what it would write from the
 // previous output when its key matches there. It returns the writer's key
 // ("" without a cache: inputs are not named by keys then).
-func (b *build) writeOrReuse(ctx context.Context, w *artifacts.Writer, stage string) ([]osimage.Artifact, string, error) {
+func (b *buildRun) writeOrReuse(ctx context.Context, w *artifacts.Writer, out staged) ([]osimage.Artifact, string, error) {
 	var key string
 	if !b.opts.NoCache && len(w.Ships) > 0 {
 		var err error
@@ -338,7 +262,7 @@ func (b *build) writeOrReuse(ctx context.Context, w *artifacts.Writer, stage str
 			return nil, "", fmt.Errorf("%s: %w", w.Name, err)
 		}
 		b.log.SetKey(w.Name, key)
-		arts, err := b.prev.reuse(stage, key, w.Ships)
+		arts, err := out.prev.reuse(out.dir, key, w.Ships)
 		if err == nil {
 			b.log.Cached(w.Name)
 			b.log.Infof("%s: reused %s from the previous output (same inputs)", w.Name, strings.Join(w.Ships, ", "))
@@ -354,38 +278,9 @@ func (b *build) writeOrReuse(ctx context.Context, w *artifacts.Writer, stage str
 	return arts, key, err
 }
 
-// availableMiB is MemAvailable from /proc/meminfo; 0 (no bound) if unknown.
-func availableMiB() int {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err == nil {
-				return kb >> 10
-			}
-		}
-	}
-	return 0
-}
-
-// cmdline is the recipe's command line plus what the init must know.
-func (b *build) cmdline() string {
-	words := strings.Fields(b.r.Cmdline())
-	if p := b.r.Persist(); len(p) > 0 {
-		words = append(words, "osb.persist="+strings.Join(p, ","))
-	}
-	if b.r.PersistRequired {
-		words = append(words, "osb.persist.required=1")
-	}
-	return strings.Join(words, " ")
-}
-
 // publish writes the manifest into the staging directory and swaps it
 // into place in one rename.
-func (b *build) publish(arts []osimage.Artifact, v *values, keys map[string]string, stage, final string) (*osimage.BuildManifest, error) {
+func (b *buildRun) publish(arts []osimage.Artifact, v *values, keys map[string]string, stage, final string) (*osimage.BuildManifest, error) {
 	m, err := b.manifest(arts, v)
 	if err != nil {
 		return nil, err
@@ -419,7 +314,7 @@ func (b *build) publish(arts []osimage.Artifact, v *values, keys map[string]stri
 	return m, nil
 }
 
-func (b *build) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildManifest, error) {
+func (b *buildRun) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildManifest, error) {
 	assembled := v.assembled.Get()
 	osr, err := keyvalue.ReadFile(assembled.OSRelease())
 	if err != nil {
@@ -472,16 +367,4 @@ func readPackages(path string) (map[string]string, error) {
 		}
 	}
 	return m, nil
-}
-
-func dedup(s []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, x := range s {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
-	}
-	return out
 }

@@ -64,7 +64,7 @@ func (v *values) binaries() []step.Binary {
 // table declares the build: its nodes in the order the graph breaks ties
 // in, and the values they hand on. Writers write into stage ("" when the
 // table is only looked at).
-func (b *build) table(stage string) ([]node, *values) {
+func (b *buildRun) table(stage string) ([]node, *values) {
 	v := &values{
 		base:      step.NewValue[step.Stack]("bootstrap", "the base layer"),
 		packages:  step.NewValue[string]("bootstrap", "the package list"),

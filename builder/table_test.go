@@ -25,7 +25,7 @@ func tableFor(t *testing.T) []node {
 		Go:   []recipe.GoBuild{{Module: "example.com/m", Version: "v1.0.0", Package: ".", Binary: "/usr/bin/m"}},
 		OCI:  []recipe.OCISource{{Image: "example.com/i:v1@sha256:" + strings.Repeat("0", 64), Paths: map[string]string{"/a": "/usr/bin/a"}}},
 	})
-	b := &build{r: r, opts: Options{CacheDir: t.TempDir()}, art: artifacts.Config{Outputs: r.OutputSet()}, log: progress.New(nil, false, progress.ModePlain)}
+	b := &buildRun{r: r, opts: Options{CacheDir: t.TempDir()}, art: artifacts.Config{Outputs: r.OutputSet()}, log: progress.New(nil, false, progress.ModePlain)}
 	ns, _ := b.table("")
 	return ns
 }

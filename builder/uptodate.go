@@ -42,7 +42,7 @@ import (
 // rewritten; --verify always hashes.
 
 // inputKey is the build's input key (see above).
-func (b *build) inputKey() (string, error) {
+func (b *buildRun) inputKey() (string, error) {
 	var in cache.Inputs
 	in.AddDigest("builder", b.exe)
 	rendered, err := recipe.Render(b.r, "json")
