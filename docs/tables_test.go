@@ -4,6 +4,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -210,4 +211,45 @@ func TestEveryCommandHasJSON(t *testing.T) {
 	}
 	walk(buildercli.Command(io.Discard, io.Discard))
 	walk(bootcli.Command(io.Discard, io.Discard))
+}
+
+// TestREADMELayout: every path README.md's layout table names exists, and
+// every package of the module sits under a path the table names.
+func TestREADMELayout(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README.md has no Layout section")
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	var paths []string
+	for _, line := range strings.Split(table, "\n") {
+		first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(first, -1) {
+			paths = append(paths, m[1])
+		}
+	}
+	for _, p := range paths {
+		if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+			t.Errorf("README.md's layout names %s: %v", p, err)
+		}
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.Dir}}", "github.com/ironcore-dev/os-builder/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("..")
+	for _, dir := range strings.Fields(string(out)) {
+		rel, _ := filepath.Rel(root, dir)
+		covered := false
+		for _, p := range paths {
+			covered = covered || rel+"/" == p || strings.HasPrefix(rel+"/", strings.TrimSuffix(p, "/")+"/")
+		}
+		if !covered && !strings.HasSuffix(rel, "test") && !strings.Contains(rel, "testutil") && rel != "docs" && rel != "bench" {
+			t.Errorf("package %s is under no path README.md's layout names", rel)
+		}
+	}
 }
