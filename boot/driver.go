@@ -2,6 +2,7 @@ package boot
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,7 +127,7 @@ func (d *Driver) runStep(ctx context.Context, bmc BMC, p *Plan, s Step, st *Stat
 				Message: "power action accepted; no evidence source configured"}, now)
 			return nil
 		}
-		ectx, cancel := context.WithTimeout(ctx, orDefault(d.EvidenceTimeout, 10*time.Minute))
+		ectx, cancel := context.WithTimeout(ctx, cmp.Or(max(d.EvidenceTimeout, 0), 10*time.Minute))
 		defer cancel()
 		if err := d.Evidence(ectx, p); err != nil {
 			st.SetCondition(Condition{Type: ConditionBooted, Status: ConditionFalse, Reason: "NoEvidence", Message: err.Error()}, d.now())
@@ -217,7 +218,7 @@ func (d *Driver) capabilities(ctx context.Context, bmc BMC, caps **Capabilities)
 }
 
 func (d *Driver) waitMedia(ctx context.Context, bmc BMC, image string) error {
-	ctx, cancel := context.WithTimeout(ctx, orDefault(d.MediaTimeout, 2*time.Minute))
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(max(d.MediaTimeout, 0), 2*time.Minute))
 	defer cancel()
 	for {
 		m, err := bmc.Media(ctx)
@@ -230,7 +231,7 @@ func (d *Driver) waitMedia(ctx context.Context, bmc BMC, image string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: virtual media not inserted: %s", ErrTimeout, image)
-		case <-time.After(orDefault(d.PollInterval, time.Second)):
+		case <-time.After(cmp.Or(max(d.PollInterval, 0), time.Second)):
 		}
 	}
 }
@@ -250,13 +251,6 @@ func (d *Driver) now() time.Time {
 		return d.Now()
 	}
 	return time.Now().UTC()
-}
-
-func orDefault(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // ConsoleEvidence is an EvidenceFunc that reads a console stream (serial log,

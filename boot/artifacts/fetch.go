@@ -1,6 +1,7 @@
 package artifacts
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -104,7 +105,7 @@ func (s *Server) ready(ctx context.Context, d v1.Hash, size int64) error {
 	if !running {
 		f = &fetch{done: make(chan struct{}), size: size}
 		s.inflight[d.Hex] = f
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orDefault(s.FetchTimeout, 30*time.Minute))
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(max(s.FetchTimeout, 0), 30*time.Minute))
 		go func() {
 			defer cancel()
 			err := s.ensure(fctx, d, size)
@@ -212,11 +213,4 @@ func (s *Server) open(ctx context.Context, d v1.Hash, size int64) (*os.File, err
 		s.mu.Unlock()
 	}
 	return nil, fmt.Errorf("%w: blob %s keeps disappearing from the cache", errCache, d)
-}
-
-func orDefault(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
 }
