@@ -112,213 +112,285 @@ func (w *Writer) Done() {
 // written once, aside when pxe does not ship them; the ISO carries the UKI
 // the uki writer made.
 func Writers(cfg Config, in Inputs, dir string) []*Writer {
-	d := newArtifactDir(dir)
 	out := cfg.Outputs
+	pxe, uki, disk, iso := out[recipe.OutputPXE], out[recipe.OutputUKI], out[recipe.OutputDisk], out[recipe.OutputISO]
+	s := &writerSet{
+		cfg: cfg, in: in, dir: dir, d: newArtifactDir(dir),
+		epoch:      strconv.FormatInt(cfg.Epoch, 10),
+		signer:     signerID(cfg.Cert),
+		initrdName: aside(pxe, FileInitrd, asideInitrd),
+		rootName:   aside(pxe, FileRootfs, asideRoot),
+		ukiName:    aside(uki || !iso, FileUKI, asideUKI),
+		live:       step.NewValue[string]("initrd", "the live initrd"),
+		stack:      step.NewValue[string]("root", "the root stack"),
+		efi:        step.NewValue[string]("uki", "the UKI"),
+	}
 	var ws []*Writer
-	one := func(kind osimage.ArtifactKind, name string) ([]osimage.Artifact, error) {
-		a, err := d.describe(kind, name)
-		if err != nil {
-			return nil, err
+	for _, w := range []struct {
+		want bool
+		make func() *Writer
+	}{
+		{pxe || uki || iso, s.initrd},
+		{pxe || disk, s.root},
+		{pxe, s.pxe},
+		{uki || iso, s.uki},
+		{disk, s.disk},
+		{iso, s.iso},
+	} {
+		if w.want {
+			ws = append(ws, w.make())
 		}
-		return []osimage.Artifact{a}, nil
-	}
-	shipsIf := func(ok bool, names ...string) []string {
-		if !ok {
-			return nil
-		}
-		return names
-	}
-	aside := func(ok bool, name, other string) string {
-		if ok {
-			return name
-		}
-		return other
-	}
-	kernel := func() step.Kernel { return in.Kernel.Get() }
-	rootLayers := func() []string { return in.Stack.Get().Images() }
-	epoch := strconv.FormatInt(cfg.Epoch, 10)
-	signer := signerID(cfg.Cert)
-	key := func(name string, parts ...string) (string, error) { return writerKey(cfg.Builder, name, parts...) }
-	// Writer keys name the cache entries a writer reads by path: an
-	// entry's directory is named by its key.
-	initrdKey := func() (string, error) {
-		return key("initrd", append(rootLayers(), in.NoRoot.Get(), epoch)...)
-	}
-	rootKey := func() (string, error) { return key("root", rootLayers()...) }
-	ukiKey := func() (string, error) {
-		k, err := initrdKey()
-		if err != nil {
-			return "", err
-		}
-		return key("uki", k, kernel().Dir, in.Assembled.Get().Dir, cfg.Cmdline, epoch, signer)
-	}
-	initrdName := aside(out[recipe.OutputPXE], FileInitrd, asideInitrd)
-	rootName := aside(out[recipe.OutputPXE], FileRootfs, asideRoot)
-	ukiName := aside(out[recipe.OutputUKI] || !out[recipe.OutputISO], FileUKI, asideUKI)
-	live := step.NewValue[string]("initrd", "the live initrd")
-	stack := step.NewValue[string]("root", "the root stack")
-	efi := step.NewValue[string]("uki", "the UKI")
-
-	if out[recipe.OutputPXE] || out[recipe.OutputUKI] || out[recipe.OutputISO] {
-		p := filepath.Join(dir, initrdName)
-		ws = append(ws, &Writer{
-			Name: "initrd", Needs: []step.Handover{in.Stack, in.NoRoot}, Files: []string{p},
-			Ships: shipsIf(out[recipe.OutputPXE], FileInitrd), Key: initrdKey,
-			Size: func() int64 { return liveInitrdSize(in.Stack.Get(), in.NoRoot.Get()) },
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				err := d.write(initrdName, func(w io.Writer) error {
-					return writeLiveInitrd(w, in.Stack.Get(), in.NoRoot.Get(), cfg.Epoch)
-				})
-				if err != nil {
-					return nil, fmt.Errorf("initrd: %w", err)
-				}
-				if !out[recipe.OutputPXE] {
-					return nil, nil
-				}
-				return one(osimage.KindInitrd, FileInitrd)
-			},
-			gives: live, path: p,
-		})
-	}
-	if out[recipe.OutputPXE] || out[recipe.OutputDisk] {
-		p := filepath.Join(dir, rootName)
-		ws = append(ws, &Writer{
-			Name: "root", Needs: []step.Handover{in.Stack}, Files: []string{p},
-			Ships: shipsIf(out[recipe.OutputPXE], FileRootfs), Key: rootKey,
-			Size: func() int64 {
-				var n int64
-				for _, l := range rootLayers() {
-					n += fileSize(l)
-				}
-				return n
-			},
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				err := d.write(rootName, func(w io.Writer) error {
-					_, err := rootstack.Write(w, rootLayers())
-					return err
-				})
-				if err != nil {
-					return nil, fmt.Errorf("root image: %w", err)
-				}
-				if !out[recipe.OutputPXE] {
-					return nil, nil
-				}
-				return one(osimage.KindRootfs, FileRootfs)
-			},
-			gives: stack, path: p,
-		})
-	}
-	if out[recipe.OutputPXE] {
-		files := []string{filepath.Join(dir, FileKernel), filepath.Join(dir, FileNoRoot), filepath.Join(dir, FileCmdline)}
-		ws = append(ws, &Writer{
-			Name: "pxe", Needs: []step.Handover{in.Kernel, in.NoRoot}, Files: files,
-			Ships: []string{FileKernel, FileNoRoot, FileCmdline},
-			Key: func() (string, error) {
-				return key("pxe", kernel().Dir, in.NoRoot.Get(), cfg.Cmdline)
-			},
-			Size: func() int64 { return fileSize(kernel().Image()) + fileSize(in.NoRoot.Get()) },
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := d.concat(FileKernel, kernel().Image()); err != nil {
-					return nil, fmt.Errorf("pxe: %w", err)
-				}
-				if err := d.concat(FileNoRoot, in.NoRoot.Get()); err != nil {
-					return nil, fmt.Errorf("pxe: %w", err)
-				}
-				if err := d.write(FileCmdline, func(w io.Writer) error { _, err := io.WriteString(w, cfg.Cmdline+"\n"); return err }); err != nil {
-					return nil, err
-				}
-				var arts []osimage.Artifact
-				for _, f := range []struct {
-					kind osimage.ArtifactKind
-					name string
-				}{{osimage.KindKernel, FileKernel}, {osimage.KindInitrdNoRoot, FileNoRoot}, {osimage.KindCmdline, FileCmdline}} {
-					a, err := d.describe(f.kind, f.name)
-					if err != nil {
-						return nil, err
-					}
-					arts = append(arts, a)
-				}
-				return arts, nil
-			},
-		})
-	}
-	img := images{cfg: cfg, kernel: kernel, assembled: func() step.Assembled { return in.Assembled.Get() }}
-	ukiPath := filepath.Join(dir, ukiName)
-	ukiSize := func() int64 {
-		return fileSize(kernel().Image()) + fileSize(filepath.Join(dir, initrdName)) + fileSize(in.Assembled.Get().Stub())
-	}
-	if out[recipe.OutputUKI] || out[recipe.OutputISO] {
-		ws = append(ws, &Writer{
-			Name: "uki", Needs: []step.Handover{live, in.Kernel, in.Assembled}, Files: []string{ukiPath}, Size: ukiSize,
-			Ships: shipsIf(out[recipe.OutputUKI], FileUKI), Key: ukiKey,
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := img.writeUKI(d, ukiName, live.Get(), cfg.Cmdline); err != nil {
-					return nil, fmt.Errorf("uki: %w", err)
-				}
-				if !out[recipe.OutputUKI] {
-					return nil, nil
-				}
-				return one(osimage.KindUKI, FileUKI)
-			},
-			gives: efi, path: ukiPath,
-		})
-	}
-	if out[recipe.OutputDisk] {
-		p := filepath.Join(dir, FileDisk)
-		ws = append(ws, &Writer{
-			Name: "disk", Needs: []step.Handover{stack, in.Kernel, in.Assembled, in.NoRoot}, Files: []string{p, p + ".uki.tmp"},
-			Ships: []string{FileDisk},
-			Key: func() (string, error) {
-				k, err := rootKey()
-				if err != nil {
-					return "", err
-				}
-				return key("disk", k, kernel().Dir, in.Assembled.Get().Dir, in.NoRoot.Get(), diskCmdline(cfg.Cmdline), strconv.FormatInt(cfg.DataMiB, 10),
-					cfg.Name, cfg.Version, cfg.Arch, epoch, signer)
-			},
-			// What it writes: its UKI (kernel, initrd without root) and
-			// the root stack; the data partition is mostly holes.
-			Size: func() int64 {
-				return fileSize(kernel().Image()) + fileSize(in.NoRoot.Get()) + fileSize(filepath.Join(dir, rootName))
-			},
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				if err := img.writeDisk(d, FileDisk, stack.Get(), in.NoRoot.Get()); err != nil {
-					return nil, fmt.Errorf("disk: %w", err)
-				}
-				return one(osimage.KindDisk, FileDisk)
-			},
-		})
-	}
-	if out[recipe.OutputISO] {
-		p := filepath.Join(dir, FileISO)
-		ws = append(ws, &Writer{
-			Name: "iso", Needs: []step.Handover{efi}, Files: []string{p}, Size: ukiSize,
-			Ships: []string{FileISO},
-			Key: func() (string, error) {
-				k, err := ukiKey()
-				if err != nil {
-					return "", err
-				}
-				return key("iso", k, cfg.Arch, cfg.Name, cfg.Version, epoch)
-			},
-			Write: func(ctx context.Context) ([]osimage.Artifact, error) {
-				err := d.writeFile(FileISO, func(f *os.File) (string, error) {
-					return isoimage.WriteInto(f, isoimage.Options{
-						Architecture:    cfg.Arch,
-						UKI:             efi.Get(),
-						VolumeLabel:     isoVolumeLabel(cfg.Name),
-						Seed:            cfg.Name + "/" + cfg.Version,
-						SourceDateEpoch: cfg.Epoch,
-					})
-				})
-				if err != nil {
-					return nil, fmt.Errorf("iso: %w", err)
-				}
-				return one(osimage.KindISO, FileISO)
-			},
-		})
 	}
 	return ws
+}
+
+// writerSet is what the writers of one output directory share: where
+// they write, the names of the files some write for others, and their
+// keys' common parts.
+type writerSet struct {
+	cfg           Config
+	in            Inputs
+	dir           string
+	d             *artifactDir
+	epoch, signer string
+	// The files the initrd, root and uki writers write (aside when no
+	// chosen output ships them), and the values that hand them on.
+	initrdName, rootName, ukiName string
+	live, stack, efi              *step.Value[string]
+}
+
+func aside(ships bool, name, other string) string {
+	if ships {
+		return name
+	}
+	return other
+}
+
+// shipsIf is names when the output keeps them, else nil.
+func shipsIf(ok bool, names ...string) []string {
+	if !ok {
+		return nil
+	}
+	return names
+}
+
+func (s *writerSet) kernel() step.Kernel          { return s.in.Kernel.Get() }
+func (s *writerSet) rootLayers() []string         { return s.in.Stack.Get().Images() }
+func (s *writerSet) outputs(o recipe.Output) bool { return s.cfg.Outputs[o] }
+
+// key digests a writer's inputs. Writer keys name the cache entries a
+// writer reads by path: an entry's directory is named by its key.
+func (s *writerSet) key(name string, parts ...string) (string, error) {
+	return writerKey(s.cfg.Builder, name, parts...)
+}
+
+func (s *writerSet) initrdKey() (string, error) {
+	return s.key("initrd", append(s.rootLayers(), s.in.NoRoot.Get(), s.epoch)...)
+}
+
+func (s *writerSet) rootKey() (string, error) { return s.key("root", s.rootLayers()...) }
+
+func (s *writerSet) ukiKey() (string, error) {
+	k, err := s.initrdKey()
+	if err != nil {
+		return "", err
+	}
+	return s.key("uki", k, s.kernel().Dir, s.in.Assembled.Get().Dir, s.cfg.Cmdline, s.epoch, s.signer)
+}
+
+// one describes the file name the writer wrote.
+func (s *writerSet) one(kind osimage.ArtifactKind, name string) ([]osimage.Artifact, error) {
+	a, err := s.d.describe(kind, name)
+	if err != nil {
+		return nil, err
+	}
+	return []osimage.Artifact{a}, nil
+}
+
+// initrd writes the live initrd: the root's layers, then the initrd
+// without root.
+func (s *writerSet) initrd() *Writer {
+	p := filepath.Join(s.dir, s.initrdName)
+	pxe := s.outputs(recipe.OutputPXE)
+	return &Writer{
+		Name: "initrd", Needs: []step.Handover{s.in.Stack, s.in.NoRoot}, Files: []string{p},
+		Ships: shipsIf(pxe, FileInitrd), Key: s.initrdKey,
+		Size: func() int64 { return liveInitrdSize(s.in.Stack.Get(), s.in.NoRoot.Get()) },
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			err := s.d.write(s.initrdName, func(w io.Writer) error {
+				return writeLiveInitrd(w, s.in.Stack.Get(), s.in.NoRoot.Get(), s.cfg.Epoch)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("initrd: %w", err)
+			}
+			if !pxe {
+				return nil, nil
+			}
+			return s.one(osimage.KindInitrd, FileInitrd)
+		},
+		gives: s.live, path: p,
+	}
+}
+
+// root writes the root stack: the root's layer images in one file.
+func (s *writerSet) root() *Writer {
+	p := filepath.Join(s.dir, s.rootName)
+	pxe := s.outputs(recipe.OutputPXE)
+	return &Writer{
+		Name: "root", Needs: []step.Handover{s.in.Stack}, Files: []string{p},
+		Ships: shipsIf(pxe, FileRootfs), Key: s.rootKey,
+		Size: func() int64 {
+			var n int64
+			for _, l := range s.rootLayers() {
+				n += fileSize(l)
+			}
+			return n
+		},
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			err := s.d.write(s.rootName, func(w io.Writer) error {
+				_, err := rootstack.Write(w, s.rootLayers())
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("root image: %w", err)
+			}
+			if !pxe {
+				return nil, nil
+			}
+			return s.one(osimage.KindRootfs, FileRootfs)
+		},
+		gives: s.stack, path: p,
+	}
+}
+
+// pxe writes what a network boot takes besides the live initrd: the
+// kernel, the initrd without root and the command line.
+func (s *writerSet) pxe() *Writer {
+	files := []string{filepath.Join(s.dir, FileKernel), filepath.Join(s.dir, FileNoRoot), filepath.Join(s.dir, FileCmdline)}
+	return &Writer{
+		Name: "pxe", Needs: []step.Handover{s.in.Kernel, s.in.NoRoot}, Files: files,
+		Ships: []string{FileKernel, FileNoRoot, FileCmdline},
+		Key: func() (string, error) {
+			return s.key("pxe", s.kernel().Dir, s.in.NoRoot.Get(), s.cfg.Cmdline)
+		},
+		Size: func() int64 { return fileSize(s.kernel().Image()) + fileSize(s.in.NoRoot.Get()) },
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			if err := s.d.concat(FileKernel, s.kernel().Image()); err != nil {
+				return nil, fmt.Errorf("pxe: %w", err)
+			}
+			if err := s.d.concat(FileNoRoot, s.in.NoRoot.Get()); err != nil {
+				return nil, fmt.Errorf("pxe: %w", err)
+			}
+			if err := s.d.write(FileCmdline, func(w io.Writer) error { _, err := io.WriteString(w, s.cfg.Cmdline+"\n"); return err }); err != nil {
+				return nil, err
+			}
+			var arts []osimage.Artifact
+			for _, f := range []struct {
+				kind osimage.ArtifactKind
+				name string
+			}{{osimage.KindKernel, FileKernel}, {osimage.KindInitrdNoRoot, FileNoRoot}, {osimage.KindCmdline, FileCmdline}} {
+				a, err := s.d.describe(f.kind, f.name)
+				if err != nil {
+					return nil, err
+				}
+				arts = append(arts, a)
+			}
+			return arts, nil
+		},
+	}
+}
+
+func (s *writerSet) images() images {
+	return images{cfg: s.cfg, kernel: s.kernel, assembled: func() step.Assembled { return s.in.Assembled.Get() }}
+}
+
+// ukiSize estimates the UKI's bytes (and the ISO's), for progress.
+func (s *writerSet) ukiSize() int64 {
+	return fileSize(s.kernel().Image()) + fileSize(filepath.Join(s.dir, s.initrdName)) + fileSize(s.in.Assembled.Get().Stub())
+}
+
+// uki writes the UKI: the image's stub, the kernel, the live initrd and
+// the command line.
+func (s *writerSet) uki() *Writer {
+	p := filepath.Join(s.dir, s.ukiName)
+	ships := s.outputs(recipe.OutputUKI)
+	return &Writer{
+		Name: "uki", Needs: []step.Handover{s.live, s.in.Kernel, s.in.Assembled}, Files: []string{p}, Size: s.ukiSize,
+		Ships: shipsIf(ships, FileUKI), Key: s.ukiKey,
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			if err := s.images().writeUKI(s.d, s.ukiName, s.live.Get(), s.cfg.Cmdline); err != nil {
+				return nil, fmt.Errorf("uki: %w", err)
+			}
+			if !ships {
+				return nil, nil
+			}
+			return s.one(osimage.KindUKI, FileUKI)
+		},
+		gives: s.efi, path: p,
+	}
+}
+
+// disk writes the GPT disk: an ESP with a UKI that boots the initrd
+// without root, the root stack as its root partition, an empty data
+// partition.
+func (s *writerSet) disk() *Writer {
+	p := filepath.Join(s.dir, FileDisk)
+	return &Writer{
+		Name: "disk", Needs: []step.Handover{s.stack, s.in.Kernel, s.in.Assembled, s.in.NoRoot}, Files: []string{p, p + ".uki.tmp"},
+		Ships: []string{FileDisk},
+		Key: func() (string, error) {
+			k, err := s.rootKey()
+			if err != nil {
+				return "", err
+			}
+			cfg := s.cfg
+			return s.key("disk", k, s.kernel().Dir, s.in.Assembled.Get().Dir, s.in.NoRoot.Get(), diskCmdline(cfg.Cmdline), strconv.FormatInt(cfg.DataMiB, 10),
+				cfg.Name, cfg.Version, cfg.Arch, s.epoch, s.signer)
+		},
+		// What it writes: its UKI (kernel, initrd without root) and the
+		// root stack; the data partition is mostly holes.
+		Size: func() int64 {
+			return fileSize(s.kernel().Image()) + fileSize(s.in.NoRoot.Get()) + fileSize(filepath.Join(s.dir, s.rootName))
+		},
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			if err := s.images().writeDisk(s.d, FileDisk, s.stack.Get(), s.in.NoRoot.Get()); err != nil {
+				return nil, fmt.Errorf("disk: %w", err)
+			}
+			return s.one(osimage.KindDisk, FileDisk)
+		},
+	}
+}
+
+// iso writes the ISO: the UKI the uki writer made, in an El Torito EFI
+// boot image.
+func (s *writerSet) iso() *Writer {
+	p := filepath.Join(s.dir, FileISO)
+	return &Writer{
+		Name: "iso", Needs: []step.Handover{s.efi}, Files: []string{p}, Size: s.ukiSize,
+		Ships: []string{FileISO},
+		Key: func() (string, error) {
+			k, err := s.ukiKey()
+			if err != nil {
+				return "", err
+			}
+			return s.key("iso", k, s.cfg.Arch, s.cfg.Name, s.cfg.Version, s.epoch)
+		},
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			err := s.d.writeFile(FileISO, func(f *os.File) (string, error) {
+				return isoimage.WriteInto(f, isoimage.Options{
+					Architecture:    s.cfg.Arch,
+					UKI:             s.efi.Get(),
+					VolumeLabel:     isoVolumeLabel(s.cfg.Name),
+					Seed:            s.cfg.Name + "/" + s.cfg.Version,
+					SourceDateEpoch: s.cfg.Epoch,
+				})
+			})
+			if err != nil {
+				return nil, fmt.Errorf("iso: %w", err)
+			}
+			return s.one(osimage.KindISO, FileISO)
+		},
+	}
 }
 
 // writerVersion is part of every writer key: bump it when a writer's
