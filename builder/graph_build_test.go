@@ -245,7 +245,7 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 
 // fakeOutput writes an output directory with two artifacts and a manifest
 // under key, as a build would leave it, and seals it.
-func fakeOutput(t *testing.T, key string) (dir string, m osimage.BuildManifest) {
+func fakeOutput(t testing.TB, key string) (dir string, m osimage.BuildManifest) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "out")
 	os.Mkdir(dir, 0o755)
@@ -422,28 +422,64 @@ func atoi(s string) int {
 	return n
 }
 
+// fuzzSealed is what FuzzSeal and FuzzPreviousOutput check seals against,
+// made once per fuzzing process: an output directory, its manifest, and
+// the seal the build writes for it, the seed mutations start from (the
+// fuzzer cannot guess an inode). The targets parse the fuzzed bytes as
+// the seal read from the cache directory: nothing is written per input.
+type fuzzSealed struct {
+	dir      string // absolute
+	manifest []byte
+	m        osimage.BuildManifest
+	seal     []byte
+}
+
+func newFuzzSealed(f *testing.F, keys map[string]string) fuzzSealed {
+	store, err := cache.Open(f.TempDir())
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir, m := fakeOutput(f, "k")
+	if dir, err = filepath.Abs(dir); err != nil {
+		f.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := writeSeal(store, dir, manifest, m.Artifacts, keys); err != nil {
+		f.Fatal(err)
+	}
+	seal, err := os.ReadFile(sealPath(store, dir))
+	if err != nil {
+		f.Fatal(err)
+	}
+	return fuzzSealed{dir: dir, manifest: manifest, m: m, seal: seal}
+}
+
 // FuzzSeal: a seal file is read back from the cache directory; whatever it
 // holds, it must not pass for an output it does not describe.
 func FuzzSeal(f *testing.F) {
+	sf := newFuzzSealed(f, nil)
+	if !sealMatches(sf.seal, sf.dir, sf.manifest, sf.m.Artifacts) {
+		f.Fatal("the build's own seal does not hold: the fuzzer would see rejections only")
+	}
+	f.Add(sf.seal)
+	f.Add(bytes.Replace(sf.seal, []byte(`"ctimeNs":`), []byte(`"ctimeNs":1`), 1))
 	f.Add([]byte(`{"output":"/x","manifest":"00","files":[{"path":"vmlinuz","size":6}]}`))
 	f.Add([]byte(`{"files":null}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		store := openStore(t)
-		dir, m := fakeOutput(t, "k")
-		abs, _ := filepath.Abs(dir)
-		manifest, _ := os.ReadFile(filepath.Join(dir, osimage.ManifestFile))
-		p := sealPath(store, abs)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, data, 0o644)
-		if !sealHolds(store, abs, manifest, m.Artifacts) {
+		if !sealMatches(data, sf.dir, sf.manifest, sf.m.Artifacts) {
 			return
 		}
 		// Accepted: then it names exactly these files as they are.
-		for i, a := range m.Artifacts {
-			var s seal
-			json.Unmarshal(data, &s)
-			if id, _ := identity(filepath.Join(abs, a.Path)); !s.Files[i].sameFile(id) {
-				t.Fatalf("seal accepted for %s with %+v, file is %+v", a.Path, s.Files[i], id)
+		var s seal
+		if err := json.Unmarshal(data, &s); err != nil || len(s.Files) != len(sf.m.Artifacts) {
+			t.Fatalf("seal accepted that does not list the artifacts: %v", err)
+		}
+		for i, a := range sf.m.Artifacts {
+			if id, err := identity(filepath.Join(sf.dir, a.Path)); err != nil || !s.Files[i].sameFile(id) {
+				t.Fatalf("seal accepted for %s with %+v, file is %+v (%v)", a.Path, s.Files[i], id, err)
 			}
 		}
 	})
@@ -452,29 +488,31 @@ func FuzzSeal(f *testing.F) {
 // FuzzPreviousOutput: whatever the seal says, reuse is offered only for a
 // manifest artifact that is the very file the seal names.
 func FuzzPreviousOutput(f *testing.F) {
+	sf := newFuzzSealed(f, map[string]string{"vmlinuz": "k", "disk.raw": "k2"})
+	if p := previousFrom(sf.dir, sf.manifest, sf.seal); p == nil || len(p.arts) != 2 {
+		f.Fatal("the build's own seal offers no reuse: the fuzzer would see rejections only")
+	}
+	f.Add(sf.seal)
+	f.Add(bytes.Replace(sf.seal, []byte(`"ino":`), []byte(`"ino":1`), 1))
 	f.Add([]byte(`{"output":"/x","manifest":"00","files":[{"path":"vmlinuz","size":6,"key":"k"}]}`))
 	f.Add([]byte(`{"files":[{"path":"../etc/passwd","key":"k"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		store := openStore(t)
-		dir, m := fakeOutput(t, "k")
-		abs, _ := filepath.Abs(dir)
-		p := sealPath(store, abs)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, data, 0o644)
-		prev := readPreviousOutput(store, abs)
+		prev := previousFrom(sf.dir, sf.manifest, data)
 		if prev == nil {
 			return
 		}
 		var s seal
-		json.Unmarshal(data, &s)
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatalf("offered reuse from a seal that does not parse: %v", err)
+		}
 		for name, a := range prev.arts {
-			i := slices.IndexFunc(m.Artifacts, func(x osimage.Artifact) bool { return x.Path == name })
-			if i < 0 || a.art != m.Artifacts[i] || a.key == "" {
+			i := slices.IndexFunc(sf.m.Artifacts, func(x osimage.Artifact) bool { return x.Path == name })
+			if i < 0 || a.art != sf.m.Artifacts[i] || a.key == "" {
 				t.Fatalf("offered %s (%+v), not an artifact of the manifest", name, a)
 			}
-			id, _ := identity(filepath.Join(abs, name))
-			if !slices.ContainsFunc(s.Files, func(f sealedFile) bool { return f.Path == name && f.sameFile(id) && f.Key == a.key }) {
-				t.Fatalf("offered %s with a seal that does not name it as it is", name)
+			id, err := identity(filepath.Join(sf.dir, name))
+			if err != nil || !slices.ContainsFunc(s.Files, func(f sealedFile) bool { return f.Path == name && f.sameFile(id) && f.Key == a.key }) {
+				t.Fatalf("offered %s with a seal that does not name it as it is (%v)", name, err)
 			}
 		}
 	})

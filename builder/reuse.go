@@ -50,15 +50,21 @@ func readPreviousOutput(store *cache.Store, dir string) *previousOutput {
 	if err != nil {
 		return nil
 	}
+	sealData, err := boundedfile.Read(sealPath(store, dir), maxSealSize)
+	if err != nil {
+		return nil
+	}
+	return previousFrom(dir, data, sealData)
+}
+
+// previousFrom is readPreviousOutput on the output directory dir's
+// manifest and seal as read.
+func previousFrom(dir string, data, sealData []byte) *previousOutput {
 	if _, err := parseOutputManifest(data); err != nil {
 		return nil
 	}
 	var m osimage.BuildManifest
 	if json.Unmarshal(data, &m) != nil {
-		return nil
-	}
-	sealData, err := boundedfile.Read(sealPath(store, dir), maxSealSize)
-	if err != nil {
 		return nil
 	}
 	var s seal

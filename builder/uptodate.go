@@ -230,6 +230,12 @@ func sealHolds(store *cache.Store, output string, manifest []byte, arts []osimag
 	if err != nil {
 		return false
 	}
+	return sealMatches(data, output, manifest, arts)
+}
+
+// sealMatches: data, a seal as read from the cache directory, is output's:
+// it matches manifest and every artifact as it is now.
+func sealMatches(data []byte, output string, manifest []byte, arts []osimage.Artifact) bool {
 	var s seal
 	if json.Unmarshal(data, &s) != nil || s.Output != output || len(s.Files) != len(arts) {
 		return false
