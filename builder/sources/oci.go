@@ -206,9 +206,14 @@ func extractPass(img v1.Image, want map[string]bool, links map[string]string, fo
 			links[p] = t
 		case tar.TypeLink:
 			links[p] = path.Clean("/" + h.Linkname)
-		case tar.TypeReg:
+		case tar.TypeReg, tar.TypeGNUSparse:
 			if !want[p] || found[p] {
 				return nil
+			}
+			if sparse(h) {
+				// Its holes are not in the layer: a few bytes would
+				// write the declared size (any size) as zeros.
+				return fmt.Errorf("%s: a sparse file; a binary from an image must be a plain file", p)
 			}
 			if err := writeFrom(r, filepath.Join(out, fileName(p)), h.FileInfo().Mode().Perm()); err != nil {
 				return err
@@ -217,6 +222,20 @@ func extractPass(img v1.Image, want map[string]bool, links map[string]string, fo
 		}
 		return nil
 	})
+}
+
+// sparse says whether h is a GNU sparse file (old GNU format, or PAX
+// GNU.sparse records, which archive/tar reads as a regular file).
+func sparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // walkImage calls fn for every entry of the image's flattened filesystem,

@@ -3,6 +3,7 @@ package sources
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -173,4 +174,48 @@ func FuzzExtractPaths(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSparseEntryRefused: a layer of one 512-byte header declaring a 4 GiB
+// GNU sparse file (no data at all) is refused, not written as 4 GiB of
+// zeros.
+func TestSparseEntryRefused(t *testing.T) {
+	var blk [1024]byte // the header and the end-of-archive block
+	copy(blk[0:], "usr/bin/tool")
+	copy(blk[100:], "0000755\x00")
+	copy(blk[108:], "0000000\x00")
+	copy(blk[116:], "0000000\x00")
+	copy(blk[124:], "00000000000\x00") // no bytes in the layer
+	copy(blk[136:], "00000000000\x00")
+	copy(blk[148:], "        ")
+	blk[156] = tar.TypeGNUSparse
+	copy(blk[257:], "ustar  \x00")
+	copy(blk[483:], "40000000000\x00") // real size: 4 GiB
+	var sum int
+	for _, b := range blk[:512] {
+		sum += int(b)
+	}
+	copy(blk[148:], fmt.Sprintf("%06o\x00 ", sum))
+	data := append(blk[:], make([]byte, 512)...)
+	l := static.NewLayer(data, types.DockerUncompressedLayer)
+	out := t.TempDir()
+	err := extractPaths(layersImage{layers: []v1.Layer{l}}, map[string]string{"/usr/bin/tool": "/usr/bin/tool"}, out)
+	if err == nil || !strings.Contains(err.Error(), "sparse") {
+		t.Fatalf("err = %v, want a sparse file refused", err)
+	}
+	if n := bytesUnder(out); n != 0 {
+		t.Errorf("wrote %d bytes", n)
+	}
+}
+
+// bytesUnder is the bytes of the files under dir.
+func bytesUnder(dir string) int64 {
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }
