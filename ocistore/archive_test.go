@@ -3,13 +3,13 @@ package ocistore
 import (
 	"archive/tar"
 	"bytes"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 type entry struct {
@@ -140,51 +140,11 @@ func TestUntarHostile(t *testing.T) {
 	}
 }
 
-// scratchDir is a directory for a fuzz target's files, made once per
-// fuzzing process: on a tmpfs when the host has one at /dev/shm, as on a
-// loaded disk every file written costs about a millisecond, time the
-// fuzzer would not spend on inputs.
-func scratchDir(f *testing.F) string {
-	dir, err := os.MkdirTemp("/dev/shm", "osb-fuzz-")
-	if err != nil {
-		return f.TempDir()
-	}
-	f.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// fixTarChecksums rewrites the checksum of each header in b, following the
-// sizes the headers claim: a mutated name, type or size then reaches
-// untar's checks instead of failing tar's checksum test.
-func fixTarChecksums(b []byte) {
-	for off := 0; off+512 <= len(b); {
-		h := b[off : off+512]
-		if bytes.Count(h, []byte{0}) == 512 {
-			return // the end of the archive
-		}
-		copy(h[148:156], "        ")
-		sum := 0
-		for _, c := range h {
-			sum += int(c)
-		}
-		copy(h[148:156], fmt.Sprintf("%06o\x00 ", sum&0o777777))
-		size := int64(0)
-		if !bytes.ContainsRune([]byte{tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo}, rune(h[156])) {
-			n, err := strconv.ParseInt(strings.Trim(string(h[124:136]), " \x00"), 8, 64)
-			if err != nil || n < 0 || n > int64(len(b)) {
-				return // a size the fix cannot follow (base-256, garbage)
-			}
-			size = n
-		}
-		off += 512 + int((size+511)/512*512)
-	}
-}
-
 // FuzzUntar: whatever the archive, untar writes only inside its target,
 // makes no links, and writes no more bytes than the archive has. The
-// headers' checksums are fixed (fixTarChecksums) so that mutations reach
-// untar rather than tar's checksum test, and the target is one directory,
-// emptied after each input.
+// headers' checksums are fixed (testutil.FixTarChecksums) so that
+// mutations reach untar rather than tar's checksum test, and the target
+// is one directory (testutil.ScratchDir), emptied after each input.
 func FuzzUntar(f *testing.F) {
 	for _, es := range [][]entry{
 		{{name: "index.json", typ: tar.TypeReg, body: "{}"}, {name: "blobs/sha256/ab", typ: tar.TypeReg, body: "blob"}},
@@ -196,11 +156,11 @@ func FuzzUntar(f *testing.F) {
 	} {
 		f.Add(tarBytes(f, es...))
 	}
-	parent := scratchDir(f)
+	parent := testutil.ScratchDir(f)
 	dir := filepath.Join(parent, "target")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		data = bytes.Clone(data)
-		fixTarChecksums(data)
+		testutil.FixTarChecksums(data)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // writeTestLayout writes a layout by hand: one image (config + one layer)
@@ -162,7 +164,7 @@ func blobFile(dir string, d v1.Descriptor) string {
 // after reading the file, and only the fuzzed manifest is written, under
 // its own digest so that the index can name it.
 func FuzzLayout(f *testing.F) {
-	dir := scratchDir(f)
+	dir := testutil.ScratchDir(f)
 	m, _, _ := writeTestLayout(f, dir, []byte("layer bytes"))
 	idx, _ := os.ReadFile(filepath.Join(dir, "index.json"))
 	mf, _ := os.ReadFile(blobFile(dir, m))

@@ -4,20 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-)
 
-// scratchDir is a directory for a fuzz target's files, made once per
-// fuzzing process: on a tmpfs when the host has one at /dev/shm, as on a
-// loaded disk each of the two files written per input costs about a
-// millisecond, more than Load takes.
-func scratchDir(f *testing.F) string {
-	dir, err := os.MkdirTemp("/dev/shm", "osb-fuzz-")
-	if err != nil {
-		return f.TempDir()
-	}
-	f.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+)
 
 // FuzzLoad feeds arbitrary bytes to the loader as a recipe and as the layer
 // it may name: whatever the input, Load and the accessors must not panic.
@@ -52,7 +41,7 @@ func FuzzLoad(f *testing.F) {
 
 	// One directory for all inputs: creating and removing a tree per input
 	// makes the fuzzer I/O-bound. Load only reads, so reusing it is safe.
-	dir := scratchDir(f)
+	dir := testutil.ScratchDir(f)
 	write := func(t testing.TB, name string, data []byte) {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
 			t.Fatal(err)

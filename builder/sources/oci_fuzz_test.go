@@ -3,7 +3,6 @@ package sources
 import (
 	"archive/tar"
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // fuzzPaths are what a recipe might ask for, the odd ones included.
@@ -86,19 +87,6 @@ func layerTar(desc []byte) []byte {
 	return buf.Bytes()
 }
 
-// fuzzScratch is a directory for a fuzz target's files, made once per
-// fuzzing process: on a tmpfs when the host has one at /dev/shm, as on a
-// loaded disk every file written costs about a millisecond, more than an
-// input takes to extract.
-func fuzzScratch(f *testing.F) string {
-	dir, err := os.MkdirTemp("/dev/shm", "osb-fuzz-")
-	if err != nil {
-		return f.TempDir()
-	}
-	f.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // layersImage is an image of its layers alone: all extractPaths reads.
 // mutate.AppendLayers would do, at the price of a config and a manifest
 // per input, more than the extraction costs.
@@ -128,7 +116,7 @@ func FuzzExtractPaths(f *testing.F) {
 	} {
 		f.Add([]byte(seed[0]), []byte(seed[1]))
 	}
-	parent := fuzzScratch(f)
+	parent := testutil.ScratchDir(f)
 	out := filepath.Join(parent, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		f.Fatal(err)
@@ -187,15 +175,10 @@ func TestSparseEntryRefused(t *testing.T) {
 	copy(blk[116:], "0000000\x00")
 	copy(blk[124:], "00000000000\x00") // no bytes in the layer
 	copy(blk[136:], "00000000000\x00")
-	copy(blk[148:], "        ")
 	blk[156] = tar.TypeGNUSparse
 	copy(blk[257:], "ustar  \x00")
 	copy(blk[483:], "40000000000\x00") // real size: 4 GiB
-	var sum int
-	for _, b := range blk[:512] {
-		sum += int(b)
-	}
-	copy(blk[148:], fmt.Sprintf("%06o\x00 ", sum))
+	testutil.FixTarChecksums(blk[:])
 	data := append(blk[:], make([]byte, 512)...)
 	l := static.NewLayer(data, types.DockerUncompressedLayer)
 	out := t.TempDir()

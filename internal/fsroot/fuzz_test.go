@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // FuzzStaysInside builds a random symlink farm inside a root, then
@@ -21,13 +23,7 @@ func FuzzStaysInside(f *testing.F) {
 	f.Add("a=b\nb=a", "/a/x")
 	f.Add("x=/x/..//../x/.", "x/../../../outside")
 	f.Add("d/e=/proc/self/root", "/d/e/etc/passwd")
-	host, err := os.MkdirTemp("/dev/shm", "osb-fuzz-")
-	if err != nil {
-		host = f.TempDir()
-	} else {
-		f.Cleanup(func() { os.RemoveAll(host) })
-	}
-	fm := newFarmIn(f, host)
+	fm := newFarmIn(f, testutil.ScratchDir(f))
 	f.Fuzz(func(t *testing.T, links, name string) {
 		if len(links) > 1024 || len(name) > 512 {
 			return

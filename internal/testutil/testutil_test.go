@@ -1,7 +1,10 @@
 package testutil
 
 import (
+	"archive/tar"
 	"bytes"
+	"errors"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -102,5 +105,82 @@ func TestNewRegistry(t *testing.T) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /v2/_catalog: %s", resp.Status)
+	}
+}
+
+// TestScratchDir: the directory is there to write in while the test runs
+// and gone when it ends.
+func TestScratchDir(t *testing.T) {
+	var dir string
+	t.Run("use", func(t *testing.T) {
+		dir = ScratchDir(t)
+		WriteFile(t, dir, "f", []byte("x"))
+	})
+	if dir == "" {
+		t.Fatal("no directory")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after the test: %v, want it removed", dir, err)
+	}
+}
+
+// TestFixTarChecksums: headers changed after writing fail tar's checksum
+// test until FixTarChecksums, which follows the sizes from header to
+// header (file data, a link and a directory in between) and stops at a
+// size it cannot follow.
+func TestFixTarChecksums(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "a", Typeflag: tar.TypeReg, Size: 600, Mode: 0o644},
+		{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "a"},
+		{Name: "d", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "b", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(bytes.Repeat([]byte("x"), int(h.Size))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	headers := []int{0, 512 + 1024, 512 + 1024 + 512, 512 + 1024 + 1024} // a, l, d, b
+	for _, off := range headers {
+		b[off] = 'Z' // a name the checksums no longer cover
+	}
+	names := func() ([]string, error) {
+		var got []string
+		tr := tar.NewReader(bytes.NewReader(b))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return got, nil
+			}
+			if err != nil {
+				return got, err
+			}
+			got = append(got, h.Name)
+		}
+	}
+	if _, err := names(); !errors.Is(err, tar.ErrHeader) {
+		t.Fatalf("changed headers read with %v, want %v", err, tar.ErrHeader)
+	}
+	FixTarChecksums(b)
+	if got, err := names(); err != nil || strings.Join(got, " ") != "Z Z Z Z" {
+		t.Errorf("after the fix: %q, %v; want four entries named Z", got, err)
+	}
+
+	// A size that is no octal number stops the fix at its header: what
+	// follows is left as it was.
+	copy(b[124:136], "zzzzzzzzzzz\x00")
+	b[headers[1]] = 'Y'
+	rest := bytes.Clone(b[512:])
+	FixTarChecksums(b)
+	if !bytes.Equal(b[512:], rest) {
+		t.Error("changed bytes past a size it cannot follow")
 	}
 }
