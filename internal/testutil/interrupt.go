@@ -14,10 +14,10 @@ import (
 // InterruptCLI runs the calling test again as a child process in which
 // run executes a CLI with the arguments args gives for a registry host
 // that accepts connections and never answers; it interrupts the child
-// (SIGINT) once it hangs there and returns the child's exit code and
-// stderr. In the child, InterruptCLI exits with run's code. childEnv
-// names the variable that marks the child.
-func InterruptCLI(t *testing.T, childEnv string, args func(registry string) string, run func(args []string) int) (int, string) {
+// (SIGINT) once it hangs there and fails t unless the child exits with
+// wantCode and its stderr holds wantStderr. In the child, InterruptCLI
+// exits with run's code. childEnv names the variable that marks the child.
+func InterruptCLI(t *testing.T, childEnv string, wantCode int, wantStderr string, args func(registry string) string, run func(args []string) int) {
 	t.Helper()
 	if a := os.Getenv(childEnv); a != "" {
 		os.Exit(run(strings.Split(a, " ")))
@@ -36,5 +36,10 @@ func InterruptCLI(t *testing.T, childEnv string, args func(registry string) stri
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	return cmd.ProcessState.ExitCode(), stderr.String()
+	if code := cmd.ProcessState.ExitCode(); code != wantCode {
+		t.Errorf("exit %d, want %d; stderr %q", code, wantCode, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), wantStderr) {
+		t.Errorf("stderr %q, want %q in it", stderr.String(), wantStderr)
+	}
 }

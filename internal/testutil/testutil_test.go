@@ -3,11 +3,14 @@ package testutil
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -183,4 +186,24 @@ func TestFixTarChecksums(t *testing.T) {
 	if !bytes.Equal(b[512:], rest) {
 		t.Error("changed bytes past a size it cannot follow")
 	}
+}
+
+// TestInterruptCLI interrupts a stand-in CLI that fetches from the
+// registry until SIGINT, then exits 130 saying so.
+func TestInterruptCLI(t *testing.T) {
+	InterruptCLI(t, "OSB_TESTUTIL_INTERRUPT_CHILD", 130, "cli: interrupted",
+		func(reg string) string { return "get http://" + reg + "/v2/" },
+		func(args []string) int {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[1], nil)
+			if err != nil {
+				return 2
+			}
+			if _, err := http.DefaultClient.Do(req); err == nil || ctx.Err() == nil {
+				return 1
+			}
+			fmt.Fprintln(os.Stderr, "cli: interrupted")
+			return 130
+		})
 }
