@@ -9,6 +9,7 @@
 package netns
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net"
@@ -171,6 +172,27 @@ func LoneLink(t *testing.T) *net.Interface {
 		return nil
 	}
 	return link(t, "c0")
+}
+
+// CancelledExchange runs exchange on a LoneLink with a context that ends
+// after 500 ms: it must fail (there is no server to answer) and return
+// within 2 s, so that a client whose context is cancelled stops at once
+// instead of finishing its retransmissions.
+func CancelledExchange(t *testing.T, exchange func(ctx context.Context, ifi *net.Interface) error) {
+	t.Helper()
+	ifi := LoneLink(t)
+	if ifi == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := exchange(ctx, ifi); err == nil {
+		t.Fatal("an answer without a server")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("cancelled exchange took %v", d)
+	}
 }
 
 func link(t *testing.T, name string) *net.Interface {
