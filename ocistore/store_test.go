@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 func platformImage(t *testing.T, arch string) v1.Image {
@@ -23,13 +25,7 @@ func platformImage(t *testing.T, arch string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, _ := img.ConfigFile()
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return testutil.LinuxImage(t, img, arch, nil)
 }
 
 // multiArch writes a layout holding one index of an amd64 and an arm64 image.

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/crane"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -24,17 +23,7 @@ func pushTool(t *testing.T, ref, body, label string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Labels = map[string]string{"osb.test": label}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return testutil.PushImage(t, ref, img)
+	return testutil.PushImage(t, ref, testutil.LinuxImage(t, img, "amd64", map[string]string{"osb.test": label}))
 }
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {

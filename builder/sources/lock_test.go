@@ -31,16 +31,7 @@ func toolImage(t *testing.T, body string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return testutil.LinuxImage(t, img, "amd64", nil)
 }
 
 // pushTool pushes toolImage(body) as ref and returns its digest.

@@ -86,17 +86,7 @@ func testImage(t *testing.T) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return testutil.LinuxImage(t, img, "amd64", nil)
 }
 
 func pushTestImage(t *testing.T, registry, repo string) string {

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 )
 
 func TestRandomBytesDeterministic(t *testing.T) {
@@ -206,4 +208,16 @@ func TestInterruptCLI(t *testing.T) {
 			fmt.Fprintln(os.Stderr, "cli: interrupted")
 			return 130
 		})
+}
+
+func TestLinuxImage(t *testing.T) {
+	img := LinuxImage(t, empty.Image, "arm64", map[string]string{"osb.test": "x"})
+	img = LinuxImage(t, img, "amd64", nil)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != "amd64" || cf.Config.Labels["osb.test"] != "x" {
+		t.Errorf("config %s/%s labels %v, want linux/amd64 and the labels kept", cf.OS, cf.Architecture, cf.Config.Labels)
+	}
 }
