@@ -375,7 +375,7 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "injected read failure") {
 			t.Fatalf("error %v, want the injected failure", err)
 		}
-		assertNoFiles(t, filepath.Dir(p))
+		testutil.AssertEmptyDir(t, filepath.Dir(p))
 	})
 	t.Run("input shrinks", func(t *testing.T) {
 		orig := openInput
@@ -390,7 +390,7 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 		if err := Write(p, fx.options()); err == nil || !strings.Contains(err.Error(), "input ended") {
 			t.Fatalf("error %v, want a short input", err)
 		}
-		assertNoFiles(t, filepath.Dir(p))
+		testutil.AssertEmptyDir(t, filepath.Dir(p))
 	})
 	t.Run("rename fails", func(t *testing.T) {
 		// A non-empty directory at path cannot be replaced by rename.
@@ -415,17 +415,6 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 			t.Fatal("Write into a missing directory succeeded")
 		}
 	})
-}
-
-func assertNoFiles(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		t.Errorf("left behind after a failed write: %s", e.Name())
-	}
 }
 
 func TestCopySparse(t *testing.T) {

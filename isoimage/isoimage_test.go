@@ -305,7 +305,7 @@ func TestErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("error %v, want one containing %q (is %v)", err, tc.want, tc.is)
 			}
-			assertNoFiles(t, dir)
+			testutil.AssertEmptyDir(t, dir)
 		})
 	}
 }
@@ -328,17 +328,6 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 	}
 	if len(entries) != 1 || entries[0].Name() != "image.iso" || !entries[0].IsDir() {
 		t.Errorf("directory holds %v, want only the untouched image.iso/", entries)
-	}
-}
-
-func assertNoFiles(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		t.Errorf("left behind after a failed write: %s", e.Name())
 	}
 }
 

@@ -87,3 +87,16 @@ func ReadRange(t testing.TB, p string, off, n int64) []byte {
 	}
 	return b
 }
+
+// AssertEmptyDir fails t, naming each entry, unless dir is empty: what a
+// failed write must leave behind. A dir it cannot read stops the test.
+func AssertEmptyDir(t testing.TB, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left behind in %s: %s", dir, e.Name())
+	}
+}

@@ -41,10 +41,31 @@ func TestFiles(t *testing.T) {
 	if got := FileSHA256(t, p); got != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
 		t.Errorf("FileSHA256 = %s", got)
 	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	AssertEmptyDir(t, empty)
+	rec := &errorRecorder{TB: t}
+	AssertEmptyDir(rec, dir)
+	if len(rec.errs) != 2 || !strings.HasSuffix(rec.errs[0], ": abc") || !strings.HasSuffix(rec.errs[1], ": empty") {
+		t.Errorf("AssertEmptyDir of a directory holding abc and empty: %q", rec.errs)
+	}
 	z := SparseZeros(t, dir, "zeros", 1<<20)
 	if b := ReadFile(t, z); len(b) != 1<<20 || !bytes.Equal(b, make([]byte, 1<<20)) {
 		t.Errorf("SparseZeros: %d bytes, not all zero", len(b))
 	}
+}
+
+// errorRecorder is a testing.TB whose Errorf records the message instead
+// of failing the test.
+type errorRecorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }
 
 func TestGoldenMatches(t *testing.T) {
