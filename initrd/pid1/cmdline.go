@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/initrd/disk"
 )
 
 // Mode is what the init does with the OS (docs/cmdline.md, osb.mode).
@@ -26,8 +28,8 @@ const (
 	RootDefault   RootKind = ""
 	RootInitrd    RootKind = "initrd"
 	RootURL       RootKind = "url"
-	RootLabel     RootKind = "label"
-	RootPartLabel RootKind = "partlabel"
+	RootLabel     RootKind = RootKind(disk.ByLabel) // a block device, named as disk.DeviceRef names it
+	RootPartLabel RootKind = RootKind(disk.ByPartLabel)
 )
 
 // RootSource is a parsed osb.root.
@@ -48,33 +50,6 @@ func (r RootSource) String() string {
 	default:
 		return string(r.Kind) + ":" + r.Value
 	}
-}
-
-// DeviceRef names a block device by file system label or GPT partition
-// name (osb.data).
-type DeviceRef struct {
-	Kind  RootKind // RootLabel or RootPartLabel
-	Value string
-}
-
-func (d DeviceRef) String() string { return string(d.Kind) + ":" + d.Value }
-
-// TargetKind is how osb.install.target selects a disk.
-type TargetKind string
-
-const (
-	TargetByID   TargetKind = "by-id"
-	TargetSerial TargetKind = "serial"
-	TargetPath   TargetKind = "path"
-	TargetSize   TargetKind = "size"
-)
-
-// InstallTarget is a parsed osb.install.target.
-type InstallTarget struct {
-	Kind  TargetKind
-	Value string // for by-id, serial, path
-	// MinGiB and MaxGiB bound the disk size for TargetSize.
-	MinGiB, MaxGiB uint64
 }
 
 // FatalPolicy is what the init does after a fatal error (osb.fatal).
@@ -102,10 +77,10 @@ type Config struct {
 	RootSHA256    string // lower-case hex, "" if not given
 	Overlay       string // "tmpfs"
 	Persist       []string
-	Data          DeviceRef
+	Data          disk.DeviceRef
 	InstallImage  string
 	InstallSHA256 string
-	InstallTarget InstallTarget
+	InstallTarget disk.Target
 	InstallWipe   bool
 	Debug         bool
 	// Fatal is set even when ParseCmdline fails on other parameters, so
@@ -178,7 +153,7 @@ func ParseCmdline(cmdline string) (Config, error) {
 	cfg := Config{
 		Mode:    ModeMemory,
 		Overlay: "tmpfs",
-		Data:    DeviceRef{Kind: RootPartLabel, Value: DefaultDataPartLabel},
+		Data:    disk.DeviceRef{Kind: disk.ByPartLabel, Value: DefaultDataPartLabel},
 	}
 	var errs []string
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
@@ -361,21 +336,21 @@ func parseRoot(v string) (RootSource, error) {
 	if err != nil {
 		return RootSource{}, fmt.Errorf("want initrd, an http(s) URL, label:NAME or partlabel:NAME")
 	}
-	return RootSource(d), nil
+	return RootSource{Kind: RootKind(d.Kind), Value: d.Value}, nil
 }
 
-func parseDeviceRef(v string) (DeviceRef, error) {
+func parseDeviceRef(v string) (disk.DeviceRef, error) {
 	kind, name, ok := strings.Cut(v, ":")
 	if !ok || name == "" {
-		return DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
+		return disk.DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
 	}
 	switch kind {
 	case "label":
-		return DeviceRef{Kind: RootLabel, Value: name}, nil
+		return disk.DeviceRef{Kind: disk.ByLabel, Value: name}, nil
 	case "partlabel":
-		return DeviceRef{Kind: RootPartLabel, Value: name}, nil
+		return disk.DeviceRef{Kind: disk.ByPartLabel, Value: name}, nil
 	}
-	return DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
+	return disk.DeviceRef{}, fmt.Errorf("want label:NAME or partlabel:NAME")
 }
 
 func parseSHA256(v string) (string, error) {
@@ -427,32 +402,32 @@ func parsePersist(v string) ([]string, error) {
 	return out, nil
 }
 
-func parseTarget(v string) (InstallTarget, error) {
+func parseTarget(v string) (disk.Target, error) {
 	kind, val, ok := strings.Cut(v, ":")
 	if !ok || val == "" {
-		return InstallTarget{}, fmt.Errorf("want by-id:ID, serial:S, path:/dev/... or size:MIN-MAX")
+		return disk.Target{}, fmt.Errorf("want by-id:ID, serial:S, path:/dev/... or size:MIN-MAX")
 	}
-	switch TargetKind(kind) {
-	case TargetByID, TargetSerial:
-		return InstallTarget{Kind: TargetKind(kind), Value: val}, nil
-	case TargetPath:
+	switch disk.TargetKind(kind) {
+	case disk.TargetByID, disk.TargetSerial:
+		return disk.Target{Kind: disk.TargetKind(kind), Value: val}, nil
+	case disk.TargetPath:
 		if !strings.HasPrefix(val, "/dev/") {
-			return InstallTarget{}, fmt.Errorf("path %q is not under /dev/", val)
+			return disk.Target{}, fmt.Errorf("path %q is not under /dev/", val)
 		}
-		return InstallTarget{Kind: TargetPath, Value: val}, nil
-	case TargetSize:
+		return disk.Target{Kind: disk.TargetPath, Value: val}, nil
+	case disk.TargetSize:
 		lo, hi, ok := strings.Cut(val, "-")
 		if !ok {
-			return InstallTarget{}, fmt.Errorf("size %q: want MIN-MAX in GiB", val)
+			return disk.Target{}, fmt.Errorf("size %q: want MIN-MAX in GiB", val)
 		}
 		min, err1 := strconv.ParseUint(lo, 10, 32)
 		max, err2 := strconv.ParseUint(hi, 10, 32)
 		if err1 != nil || err2 != nil || min > max {
-			return InstallTarget{}, fmt.Errorf("size %q: want MIN-MAX in GiB with MIN <= MAX", val)
+			return disk.Target{}, fmt.Errorf("size %q: want MIN-MAX in GiB with MIN <= MAX", val)
 		}
-		return InstallTarget{Kind: TargetSize, MinGiB: min, MaxGiB: max}, nil
+		return disk.Target{Kind: disk.TargetSize, MinGiB: min, MaxGiB: max}, nil
 	}
-	return InstallTarget{}, fmt.Errorf("unknown selector %q: want by-id, serial, path or size", kind)
+	return disk.Target{}, fmt.Errorf("unknown selector %q: want by-id, serial, path or size", kind)
 }
 
 func parseFatal(v string) (FatalPolicy, error) {

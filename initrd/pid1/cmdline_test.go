@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/initrd/disk"
 )
 
 const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -30,7 +32,7 @@ func TestSplitCmdline(t *testing.T) {
 }
 
 func TestParseCmdline(t *testing.T) {
-	defaults := Config{Mode: ModeMemory, Overlay: "tmpfs", Data: DeviceRef{RootPartLabel, "osb-data"}}
+	defaults := Config{Mode: ModeMemory, Overlay: "tmpfs", Data: disk.DeviceRef{Kind: disk.ByPartLabel, Value: "osb-data"}}
 	with := func(f func(*Config)) Config { c := defaults; f(&c); return c }
 	for _, tc := range []struct {
 		name    string
@@ -59,7 +61,10 @@ func TestParseCmdline(t *testing.T) {
 			wantErr: `osb.install.image="http://fd00::5/d.raw": parse`},
 		{name: "url without host", in: "osb.root=http://:8080/r.img osb.root.sha256=" + digest, wantErr: "no host"},
 		{name: "persist", in: "osb.persist=/var/lib/a,/etc/b/,/var/lib/a osb.data=label:DATA",
-			want: with(func(c *Config) { c.Persist = []string{"/var/lib/a", "/etc/b"}; c.Data = DeviceRef{RootLabel, "DATA"} })},
+			want: with(func(c *Config) {
+				c.Persist = []string{"/var/lib/a", "/etc/b"}
+				c.Data = disk.DeviceRef{Kind: disk.ByLabel, Value: "DATA"}
+			})},
 		{name: "persist required", in: "osb.persist=/var/lib/a osb.persist.required=1",
 			want: with(func(c *Config) { c.Persist = []string{"/var/lib/a"}; c.PersistRequired = true })},
 		{name: "persist required bad", in: "osb.persist.required=true", wantErr: "osb.persist.required"},
@@ -69,13 +74,13 @@ func TestParseCmdline(t *testing.T) {
 				c.Mode = ModeInstall
 				c.InstallImage = "http://h/d.raw"
 				c.InstallSHA256 = digest
-				c.InstallTarget = InstallTarget{Kind: TargetSize, MinGiB: 100, MaxGiB: 2000}
+				c.InstallTarget = disk.Target{Kind: disk.TargetSize, MinGiB: 100, MaxGiB: 2000}
 				c.InstallWipe = true
 			})},
 		{name: "target by-id", in: "osb.install.target=by-id:nvme-X_1",
-			want: with(func(c *Config) { c.InstallTarget = InstallTarget{Kind: TargetByID, Value: "nvme-X_1"} })},
+			want: with(func(c *Config) { c.InstallTarget = disk.Target{Kind: disk.TargetByID, Value: "nvme-X_1"} })},
 		{name: "target path", in: "osb.install.target=path:/dev/sda",
-			want: with(func(c *Config) { c.InstallTarget = InstallTarget{Kind: TargetPath, Value: "/dev/sda"} })},
+			want: with(func(c *Config) { c.InstallTarget = disk.Target{Kind: disk.TargetPath, Value: "/dev/sda"} })},
 		{name: "quoted value", in: `osb.persist="/var/lib/x y"`,
 			want: with(func(c *Config) { c.Persist = []string{"/var/lib/x y"} })},
 		{name: "after --", in: "quiet -- osb.bogus=1", want: defaults},

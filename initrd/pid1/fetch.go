@@ -33,11 +33,11 @@ var (
 // file, and fetching it again would not change that.
 var ErrDigestMismatch = errors.New("sha256 mismatch")
 
-// fetchSink receives one download attempt. begin is called at the start of
+// fetchSink receives one download attempt. Begin is called at the start of
 // every attempt with the announced length (-1 if unknown), so a retried
-// download starts over.
+// download starts over. The installer (disk.Installer) is one.
 type fetchSink interface {
-	begin(size int64) (io.Writer, error)
+	Begin(size int64) (io.Writer, error)
 }
 
 func httpClient() (*http.Client, error) {
@@ -117,7 +117,7 @@ func (i *initProcess) fetchOnce(client *http.Client, url, want string, sink fetc
 		}
 		return 0, err
 	}
-	w, err := sink.begin(resp.ContentLength)
+	w, err := sink.Begin(resp.ContentLength)
 	if err != nil {
 		return 0, permanentError{err}
 	}
@@ -206,7 +206,7 @@ type fileSink struct {
 	f *os.File
 }
 
-func (s *fileSink) begin(size int64) (io.Writer, error) {
+func (s *fileSink) Begin(size int64) (io.Writer, error) {
 	if err := s.f.Truncate(0); err != nil {
 		return nil, fmt.Errorf("truncate %s: %w", s.f.Name(), err)
 	}

@@ -13,7 +13,7 @@ import (
 
 type bufSink struct{ bytes.Buffer }
 
-func (s *bufSink) begin(int64) (io.Writer, error) { s.Reset(); return &s.Buffer, nil }
+func (s *bufSink) Begin(int64) (io.Writer, error) { s.Reset(); return &s.Buffer, nil }
 
 // TestFetchIPv6Literal: the init's fetch takes URLs with IPv6 literals
 // (osb.root=http://[fd00::1]:8080/...), here the host's [::1].

@@ -1,326 +1,89 @@
 package pid1
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ironcore-dev/os-builder/initrd/disk"
 	"github.com/ironcore-dev/os-builder/initrd/gpt"
 )
 
-// Install mode writes the disk image to the target disk:
-//
-//  1. select the target (exactly one disk) and look at what it holds: blank
-//     and os-builder disks are fine, a foreign one needs osb.install.wipe=1;
-//  2. stream the image, verifying its sha256. The first MiB holds the
-//     image's GPT; once it is in, the plan is checked (the image's osb-esp
-//     and osb-root must fit the disk, and end before a preserved osb-data
-//     partition) before anything is written;
-//  3. "invalidate": zero the first MiB outside the GPT, then write a GPT
-//     holding only the preserved osb-data partition (or none), so an
-//     interrupted install leaves a disk that does not boot and that the
-//     next installer run recognises as its own;
-//  4. write the bytes of the ESP and root partition ranges, nothing else;
-//  5. after the digest matched: sync, write the final GPT (the image's
-//     partitions plus the preserved osb-data entry) backup first, primary
-//     last - the primary header is the commit point - sync, reboot.
-//
-// A digest mismatch or failed download stops before step 5: the disk is then
-// "not installed" (step 3's table) with its data partition intact.
-
-// imageSectorSize is the sector size os-builder disk images are made with.
-const imageSectorSize = 512
-
-// imageHeaderLen is how much of the image is buffered before planning: the
-// partitions start at 1 MiB, and the GPT is before that.
-const imageHeaderLen = 1 << 20
-
-// installPlan is what gets written where.
-type installPlan struct {
-	table    *gpt.Table // the final table
-	interim  *gpt.Table // the table written before the data
-	ranges   [][2]int64
-	total    int64 // bytes to write
-	preserve *gpt.Partition
-}
-
-// planInstall checks the image's table against the disk and returns the
-// plan. keep is the disk's preserved osb-data partition, or nil.
-func planInstall(image *gpt.Table, diskSectorSize int, diskSize int64, keep *gpt.Partition) (*installPlan, error) {
-	esp, root := image.ByName(partLabelESP), image.ByName(partLabelRoot)
-	if esp == nil || root == nil {
-		return nil, fmt.Errorf("the image's GPT lacks an %s or %s partition; is it an os-builder disk image?", partLabelESP, partLabelRoot)
-	}
-	final := &gpt.Table{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
-	interim := &gpt.Table{SectorSize: diskSectorSize, DiskGUID: image.DiskGUID}
-	_, lastUsable := final.Usable(diskSize)
-	limit := int64(lastUsable+1) * int64(diskSectorSize)
-	limitWhat := "the end of the disk"
-	if keep != nil {
-		limit, _ = keep.ByteRange(diskSectorSize)
-		limitWhat = "the preserved " + partLabelData + " partition"
-	}
-	p := &installPlan{table: final, interim: interim, preserve: keep}
-	for _, src := range []*gpt.Partition{esp, root} {
-		start, end := src.ByteRange(image.SectorSize)
-		if start%int64(diskSectorSize) != 0 || end%int64(diskSectorSize) != 0 {
-			return nil, fmt.Errorf("the image's %s partition is not aligned to the disk's %d-byte sectors", src.Name, diskSectorSize)
-		}
-		if end > limit {
-			return nil, fmt.Errorf("the image's %s partition ends at byte %d, past %s at byte %d: the image does not fit (disk %s is %d bytes)",
-				src.Name, end, limitWhat, limit, "target", diskSize)
-		}
-		q := *src
-		q.FirstLBA = uint64(start / int64(diskSectorSize))
-		q.LastLBA = uint64(end/int64(diskSectorSize)) - 1
-		final.Partitions = append(final.Partitions, q)
-		p.ranges = append(p.ranges, [2]int64{start, end})
-		p.total += end - start
-	}
-	if keep != nil {
-		d := *keep
-		for _, q := range final.Partitions {
-			if q.Index == d.Index {
-				d.Index = 3 // the image uses the slot; the label is what counts
-			}
-		}
-		final.Partitions = append(final.Partitions, d)
-		interim.Partitions = append(interim.Partitions, d)
-	}
-	// Check both tables encode before anything is written.
-	for _, t := range []*gpt.Table{final, interim} {
-		if _, _, _, err := t.Encode(diskSize); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-// writeTable writes t to the disk: backup then primary when commit (the
-// primary is what firmware and kernel read first, so it goes last), else
-// primary then backup. Each copy is synced before the next.
-func writeTable(f *os.File, t *gpt.Table, size int64, commit bool) error {
-	primary, backup, backupOff, err := t.Encode(size)
-	if err != nil {
-		return err
-	}
-	writes := []struct {
-		b   []byte
-		off int64
-	}{{primary, 0}, {backup, backupOff}}
-	if commit {
-		writes[0], writes[1] = writes[1], writes[0]
-	}
-	for _, w := range writes {
-		if _, err := f.WriteAt(w.b, w.off); err != nil {
-			return fmt.Errorf("write GPT at byte %d of %s: %w", w.off, f.Name(), err)
-		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", f.Name(), err)
-		}
-	}
-	return nil
-}
-
-// clearStart zeroes the disk from the end of t's primary copy to its first
-// partition or the end of the first MiB, whichever comes first: a foreign
-// disk overwritten with osb.install.wipe=1 may keep a signature there (a
-// btrfs superblock at 64 KiB), and classifyDisk trusts no GPT over one.
-func clearStart(f *os.File, t *gpt.Table, size int64) error {
-	primary, _, _, err := t.Encode(size)
-	if err != nil {
-		return err
-	}
-	end := int64(probeWindow)
-	for _, p := range t.Partitions {
-		start, _ := p.ByteRange(t.SectorSize)
-		end = min(end, start)
-	}
-	if off := int64(len(primary)); end > off {
-		if _, err := f.WriteAt(make([]byte, end-off), off); err != nil {
-			return fmt.Errorf("clear bytes %d-%d of %s: %w", off, end, f.Name(), err)
-		}
-	}
-	return nil
-}
-
-// installSink receives the image stream and writes the planned ranges.
-type installSink struct {
-	disk       *os.File
-	sectorSize int
-	size       int64
-	keep       *gpt.Partition
-	logf       func(string, ...any)
-
-	off      int64
-	received int64 // bytes of the stream so far
-	header   bytes.Buffer
-	plan     *installPlan
-	written  int64
-	start    time.Time
-}
-
-func (s *installSink) begin(size int64) (io.Writer, error) {
-	// The image cannot be larger than the disk it must fit on: refuse an
-	// announced length, or a stream, that says otherwise.
-	if size > s.size {
-		return nil, fmt.Errorf("the image is %d bytes, larger than the target disk (%d bytes)", size, s.size)
-	}
-	s.off, s.received, s.written, s.plan = 0, 0, 0, nil
-	s.header.Reset()
-	s.start = time.Now()
-	return s, nil
-}
-
-func (s *installSink) Write(b []byte) (int, error) {
-	n := len(b)
-	if s.received+int64(n) > s.size {
-		return 0, fmt.Errorf("the image stream is longer than the target disk (%d bytes)", s.size)
-	}
-	s.received += int64(n)
-	if s.plan == nil {
-		need := imageHeaderLen - s.header.Len()
-		take := min(need, len(b))
-		s.header.Write(b[:take])
-		b = b[take:]
-		if s.header.Len() < imageHeaderLen {
-			return n, nil
-		}
-		if err := s.makePlan(); err != nil {
-			return 0, err
-		}
-		head := s.header.Bytes()
-		if err := s.writeRanges(head, 0); err != nil {
-			return 0, err
-		}
-		s.off = int64(len(head))
-	}
-	if err := s.writeRanges(b, s.off); err != nil {
-		return 0, err
-	}
-	s.off += int64(len(b))
-	return n, nil
-}
-
-func (s *installSink) makePlan() error {
-	image, err := gpt.ReadAt(bytes.NewReader(s.header.Bytes()), imageSectorSize, 1)
-	if err != nil {
-		return fmt.Errorf("the image's partition table: %w", err)
-	}
-	p, err := planInstall(image, s.sectorSize, s.size, s.keep)
-	if err != nil {
-		return fmt.Errorf("%w; nothing was written", err)
-	}
-	if err := clearStart(s.disk, p.table, s.size); err != nil {
-		return err
-	}
-	// Step 3: from here on the disk does not boot until the final table.
-	// Its sync covers clearStart's write too.
-	if err := writeTable(s.disk, p.interim, s.size, false); err != nil {
-		return err
-	}
-	s.logf("install: old partition table replaced by an interim one (%d partition(s) kept); writing %s", len(p.interim.Partitions), sizeString(p.total))
-	s.plan = p
-	return nil
-}
-
-// writeRanges writes the part of b (which is the image at offset off) that
-// falls in the planned partition ranges.
-func (s *installSink) writeRanges(b []byte, off int64) error {
-	end := off + int64(len(b))
-	for _, r := range s.plan.ranges {
-		lo, hi := max(off, r[0]), min(end, r[1])
-		if lo >= hi {
-			continue
-		}
-		if _, err := s.disk.WriteAt(b[lo-off:hi-off], lo); err != nil {
-			return fmt.Errorf("write %s at byte %d: %w", s.disk.Name(), lo, err)
-		}
-		s.written += hi - lo
-	}
-	return nil
-}
-
-// admitTarget refuses to install onto a foreign disk unless wipe
-// (osb.install.wipe=1) allows it; reason says what the disk holds.
-func admitTarget(dev string, kind diskKind, reason string, wipe bool) error {
-	if kind == diskForeign && !wipe {
-		return fmt.Errorf("install target %s is not blank: %s; refusing to overwrite it (add osb.install.wipe=1 to allow that); nothing was written", dev, reason)
-	}
-	return nil
-}
+// Install mode writes the disk image to the target disk; package
+// initrd/disk (install.go) says in which order, and what a disk must hold
+// to be written.
 
 // installMode installs the image and reboots; it returns only on failure.
 func (i *initProcess) installMode(cfg *Config) error {
 	if err := i.setupNetwork(i.cmdline); err != nil {
 		return err
 	}
-	d, err := selectTargetDisk(cfg.InstallTarget, DeviceWait, i.logf)
+	d, err := disk.SelectTarget(cfg.InstallTarget, DeviceWait, i.logf)
 	if err != nil {
 		return err
 	}
 	i.logf("install: target %s", d)
 	// O_EXCL on a block device fails if it or a partition is mounted.
-	f, ss, size, err := openDisk(d.devPath(), os.O_RDWR|unix.O_EXCL)
+	f, ss, size, err := disk.Open(d.DevPath(), os.O_RDWR|unix.O_EXCL)
 	if err != nil {
 		return fmt.Errorf("install target, opened exclusively: %w", err)
 	}
 	defer f.Close()
-	kind, table, reason, err := classifyDisk(f, ss, size)
+	kind, table, reason, err := disk.Classify(f, ss, size)
 	if err != nil {
-		return fmt.Errorf("inspect %s: %w", d.devPath(), err)
+		return fmt.Errorf("inspect %s: %w", d.DevPath(), err)
 	}
-	if err := admitTarget(d.devPath(), kind, reason, cfg.InstallWipe); err != nil {
+	if err := disk.AdmitTarget(d.DevPath(), kind, reason, cfg.InstallWipe); err != nil {
 		return err
 	}
 	var keep *gpt.Partition
 	switch kind {
-	case diskForeign:
-		i.logf("install: %s is foreign (%s); overwriting it as osb.install.wipe=1 allows", d.devPath(), reason)
-	case diskOurs:
-		keep = table.ByName(partLabelData)
+	case disk.Foreign:
+		i.logf("install: %s is foreign (%s); overwriting it as osb.install.wipe=1 allows", d.DevPath(), reason)
+	case disk.Ours:
+		keep = table.ByName(disk.PartLabelData)
 		if keep != nil {
-			i.logf("install: %s has an os-builder layout; keeping its %s partition (LBA %d-%d)", d.devPath(), partLabelData, keep.FirstLBA, keep.LastLBA)
+			i.logf("install: %s has an os-builder layout; keeping its %s partition (LBA %d-%d)", d.DevPath(), disk.PartLabelData, keep.FirstLBA, keep.LastLBA)
 		} else {
-			i.logf("install: %s has an os-builder layout without %s", d.devPath(), partLabelData)
+			i.logf("install: %s has an os-builder layout without %s", d.DevPath(), disk.PartLabelData)
 		}
 	default:
-		i.logf("install: %s is blank", d.devPath())
+		i.logf("install: %s is blank", d.DevPath())
 	}
 
-	sink := &installSink{disk: f, sectorSize: ss, size: size, keep: keep, logf: i.logf}
+	sink := disk.NewInstaller(f, ss, size, keep, i.logf)
 	n, err := i.fetchVerified(cfg.InstallImage, cfg.InstallSHA256, sink)
 	if err != nil {
-		if sink.plan != nil {
-			return fmt.Errorf("%w; the disk's OS partitions are incomplete, so it does not boot (its %s partition, if any, is kept): run the installer again", err, partLabelData)
+		if sink.Table() != nil {
+			return fmt.Errorf("%w; the disk's OS partitions are incomplete, so it does not boot (its %s partition, if any, is kept): run the installer again", err, disk.PartLabelData)
 		}
 		return fmt.Errorf("%w; nothing was written", err)
 	}
-	if sink.plan == nil {
+	final := sink.Table()
+	if final == nil {
 		return fmt.Errorf("the image is only %d bytes, too short to be a disk image; nothing was written", n)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", d.devPath(), err)
+		return fmt.Errorf("sync %s: %w", d.DevPath(), err)
 	}
-	el := time.Since(sink.start)
-	if err := writeTable(f, sink.plan.table, size, true); err != nil {
+	written, start := sink.Written()
+	el := time.Since(start)
+	if err := disk.WriteTable(f, final, size, true); err != nil {
 		return err
 	}
-	i.logf("install: wrote %d bytes to %s in %v (%.1f MB/s)", sink.written, d.devPath(), el.Round(time.Millisecond), rate(sink.written, el))
-	if err := rereadPartitions(f); err != nil {
+	i.logf("install: wrote %d bytes to %s in %v (%.1f MB/s)", written, d.DevPath(), el.Round(time.Millisecond), rate(written, el))
+	if err := disk.RereadPartitions(f); err != nil {
 		i.logf("WARNING: %v (the next boot reads the new table anyway)", err)
 	}
 	var names []string
-	for _, p := range sink.plan.table.Partitions {
+	for _, p := range final.Partitions {
 		names = append(names, fmt.Sprintf("%d:%s", p.Index, p.Name))
 	}
-	i.logf("install: done; %s partitions %s", d.devPath(), strings.Join(names, " "))
+	i.logf("install: done; %s partitions %s", d.DevPath(), strings.Join(names, " "))
 	f.Close()
 	unix.Sync()
 	i.logf("install: rebooting")

@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ironcore-dev/os-builder/initrd/disk"
 	"github.com/ironcore-dev/os-builder/initrd/gpt"
 )
 
@@ -31,9 +31,6 @@ const (
 	// persistSubdir holds the persisted trees on the data partition.
 	persistSubdir = "persist"
 	mib           = 1 << 20
-	gib           = 1 << 30
-	// minDataSize is the smallest data partition the init creates.
-	minDataSize = 64 * mib
 )
 
 // mke2fsPaths are where the initrd may carry mke2fs (see
@@ -53,7 +50,7 @@ var DataWait = 5 * time.Second
 // tmpfs with a loud warning, or the boot stops when cfg.PersistRequired.
 func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 	wait := DataWait
-	defaultData := cfg.Data.Kind == RootPartLabel && cfg.Data.Value == partLabelData
+	defaultData := cfg.Data.Kind == disk.ByPartLabel && cfg.Data.Value == disk.PartLabelData
 	if rootDev != "" {
 		wait = 0 // the boot disk has been scanned already
 		if defaultData {
@@ -63,7 +60,7 @@ func (i *initProcess) setupPersist(cfg *Config, rootDev, sysroot string) error {
 			}
 		}
 	}
-	dev, err := waitForBlockDevice(cfg.Data, wait)
+	dev, err := disk.WaitForBlockDevice(cfg.Data, wait)
 	if err != nil {
 		dev = ""
 		i.debugf("persist: %v", err)
@@ -275,22 +272,6 @@ func copyTree(src, dst string) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// dataPartitionStart is where a new osb-data partition starts: at twice the
-// end of the root partition, so later, bigger images still fit before it,
-// or right after the root partition when that would leave less than 1 GiB.
-// The result is 1 MiB aligned.
-func dataPartitionStart(rootEnd, usableEnd int64) (int64, error) {
-	align := func(n int64) int64 { return (n + mib - 1) / mib * mib }
-	start := align(2 * rootEnd)
-	if usableEnd-start < gib {
-		start = align(rootEnd)
-	}
-	if usableEnd-start < minDataSize {
-		return 0, fmt.Errorf("only %d MiB free after the root partition; a data partition needs at least %d MiB", max(0, usableEnd-start)/mib, minDataSize/mib)
-	}
-	return start, nil
-}
-
 // createDataPartition adds osb-data to the disk holding rootDev, formats it
 // with mke2fs and returns its device.
 func (i *initProcess) createDataPartition(rootDev string) (string, error) {
@@ -302,24 +283,24 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 		}
 	}
 	if mke2fs == "" {
-		return "", fmt.Errorf("the disk has no %s partition, and the initrd has no mke2fs to format a new one (build the initrd with mke2fs: initrd.AssembleOptions.Files)", partLabelData)
+		return "", fmt.Errorf("the disk has no %s partition, and the initrd has no mke2fs to format a new one (build the initrd with mke2fs: initrd.AssembleOptions.Files)", disk.PartLabelData)
 	}
-	disk, err := diskOf(rootDev)
+	diskDev, err := disk.OfPartition(rootDev)
 	if err != nil {
 		return "", err
 	}
-	f, ss, size, err := openDisk(disk, os.O_RDWR)
+	f, ss, size, err := disk.Open(diskDev, os.O_RDWR)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
 	t, err := gpt.Read(f, ss, size)
 	if err != nil {
-		return "", fmt.Errorf("read the GPT of %s: %w", disk, err)
+		return "", fmt.Errorf("read the GPT of %s: %w", diskDev, err)
 	}
-	root := t.ByName(partLabelRoot)
+	root := t.ByName(disk.PartLabelRoot)
 	if root == nil {
-		return "", fmt.Errorf("%s has no %s partition", disk, partLabelRoot)
+		return "", fmt.Errorf("%s has no %s partition", diskDev, disk.PartLabelRoot)
 	}
 	var end int64 // the end of the last partition
 	used := map[int]bool{}
@@ -330,9 +311,9 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 	}
 	_, lastUsable := t.Usable(size)
 	usableEnd := int64(lastUsable+1) * int64(ss) / mib * mib
-	start, err := dataPartitionStart(end, usableEnd)
+	start, err := disk.DataPartitionStart(end, usableEnd)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", disk, err)
+		return "", fmt.Errorf("%s: %w", diskDev, err)
 	}
 	idx := 3
 	for used[idx] {
@@ -345,36 +326,28 @@ func (i *initProcess) createDataPartition(rootDev string) (string, error) {
 	g[7] = g[7]&0x0f | 0x40 // version 4 (field 3 is little endian on disk)
 	g[8] = g[8]&0x3f | 0x80
 	p := gpt.Partition{
-		Index: idx, Type: gpt.MustGUID(gpt.TypeLinuxVar), GUID: g, Name: partLabelData,
+		Index: idx, Type: gpt.MustGUID(gpt.TypeLinuxVar), GUID: g, Name: disk.PartLabelData,
 		FirstLBA: uint64(start / int64(ss)), LastLBA: uint64(usableEnd/int64(ss)) - 1,
 	}
 	t.Partitions = append(t.Partitions, p)
-	i.logf("persist: creating %s on %s: partition %d, %d MiB at byte %d", partLabelData, disk, idx, (usableEnd-start)/mib, start)
-	if err := writeTable(f, t, size, true); err != nil {
+	i.logf("persist: creating %s on %s: partition %d, %d MiB at byte %d", disk.PartLabelData, diskDev, idx, (usableEnd-start)/mib, start)
+	if err := disk.WriteTable(f, t, size, true); err != nil {
 		return "", err
 	}
-	if err := addKernelPartition(f, idx, start, usableEnd-start); err != nil {
+	if err := disk.AddKernelPartition(f, idx, start, usableEnd-start); err != nil {
 		return "", err
 	}
-	dev := partitionDevice(filepath.Base(disk), idx)
+	dev := disk.PartitionDevice(filepath.Base(diskDev), idx)
 	pf, err := openWhenPresent(dev, 10*time.Second)
 	if err != nil {
 		return "", err
 	}
 	pf.Close()
-	i.logf("persist: formatting %s (ext4, label %s)", dev, partLabelData)
-	cmd := exec.Command(mke2fs, "-q", "-F", "-t", "ext4", "-L", partLabelData, "-E", "nodiscard", dev)
+	i.logf("persist: formatting %s (ext4, label %s)", dev, disk.PartLabelData)
+	cmd := exec.Command(mke2fs, "-q", "-F", "-t", "ext4", "-L", disk.PartLabelData, "-E", "nodiscard", dev)
 	cmd.Env = []string{"PATH=/usr/sbin:/sbin:/usr/bin:/bin"}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%s %s: %w: %s", mke2fs, dev, err, strings.TrimSpace(string(out)))
 	}
 	return dev, nil
-}
-
-// partitionDevice names partition n of disk: vda3, but nvme0n1p3.
-func partitionDevice(disk string, n int) string {
-	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
-		return "/dev/" + disk + "p" + strconv.Itoa(n)
-	}
-	return "/dev/" + disk + strconv.Itoa(n)
 }

@@ -4,9 +4,10 @@
 // into RAM),
 // attaches it to a loop device, lays a tmpfs overlay over it at /sysroot,
 // binds the persisted paths from the data partition over it (persist.go)
-// and switches into it, executing /sbin/init. In install mode (install.go,
-// classify.go, disks.go; partition tables in initrd/gpt) it writes the disk
-// image to the selected disk, keeping the data partition, and reboots.
+// and switches into it, executing /sbin/init. In install mode (install.go;
+// choosing, classifying and writing the disk in package initrd/disk,
+// partition tables in initrd/gpt) it writes the disk image to the selected
+// disk, keeping the data partition, and reboots.
 // Its kernel command line is defined in docs/cmdline.md.
 //
 // Every failure prints "osb-init: FATAL: <reason>" on the console and then
@@ -25,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ironcore-dev/os-builder/initrd/disk"
 	"github.com/ironcore-dev/os-builder/initrd/layout"
 )
 
@@ -212,7 +214,7 @@ func (i *initProcess) findRoot(cfg *Config) (string, error) {
 		return src, nil
 	case RootLabel, RootPartLabel:
 		i.logf("waiting up to %v for %s", DeviceWait, r)
-		return waitForBlockDevice(DeviceRef(r), DeviceWait)
+		return disk.WaitForBlockDevice(disk.DeviceRef{Kind: disk.RefKind(r.Kind), Value: r.Value}, DeviceWait)
 	case RootURL:
 		if err := i.setupNetwork(i.cmdline); err != nil {
 			return "", err

@@ -7,7 +7,7 @@
 // node, and what it links is all it can trust. Only cmd/init links the init
 // (initrd/pid1), and cmd/builder links none of the init's packages: the
 // paths both sides agree on are in initrd/layout, so the builder does not
-// carry the init's network stack. internal/... is the bottom floor: it
+// carry the init's disk code or network stack. internal/... is the bottom floor: it
 // imports nothing of the module outside internal/. Test-support packages
 // (qemutest, osimagetest, internal/testutil, ...) stay out of production
 // binaries: no other package of the module imports them. The builder's step
@@ -64,9 +64,11 @@ func initAllowed(d string) bool {
 		d == module || strings.HasPrefix(d, module+"/")
 }
 
-// initPackages: the init and its network stack, which only the init needs.
+// initPackages: the init, its disk knowledge and its network stack, which
+// only the init needs.
 var initPackages = map[string]bool{
 	module + "/initrd/pid1":    true,
+	module + "/initrd/disk":    true,
 	module + "/initrd/netconf": true,
 	module + "/initrd/dhcp4":   true,
 	module + "/initrd/dhcp6":   true,
@@ -176,9 +178,10 @@ func TestViolationsCaught(t *testing.T) {
 		module + "/boot/redfish": {"net/http", "sigs.k8s.io/yaml"},
 		module + "/recipe":       {"github.com/spf13/cobra"},
 		module + "/boot/cli":     {"github.com/spf13/cobra"},
-		// cmd/builder: the init's network stack counts even without pid1.
+		// cmd/builder: the init's disk and network packages count even
+		// without pid1.
 		module + "/cmd/builder": {"github.com/spf13/cobra", "k8s.io/api/core/v1",
-			module + "/initrd", module + "/initrd/layout", module + "/initrd/netlink"},
+			module + "/initrd", module + "/initrd/layout", module + "/initrd/netlink", module + "/initrd/disk"},
 		// Only cmd/init links pid1; the init's own packages link each other.
 		module + "/builder/rootfs": {module + "/initrd/layout", module + "/initrd/pid1"},
 		module + "/initrd":         {module + "/initrd/pid1"},
@@ -217,6 +220,7 @@ func TestViolationsCaught(t *testing.T) {
 		"cmd/init links github.com/klauspost/compress/zstd",
 		"cmd/init links golang.org/x/sysfoo",
 		"cmd/builder links " + module + "/initrd/netlink",
+		"cmd/builder links " + module + "/initrd/disk",
 		"builder/rootfs links " + module + "/initrd/pid1",
 		"initrd links " + module + "/initrd/pid1",
 		"internal/testutil imports " + module + "/recipe",

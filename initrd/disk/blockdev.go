@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -12,9 +12,26 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/keyvalue"
 )
 
-// waitForBlockDevice polls /sys/class/block until a device matches ref or
+// RefKind says how a DeviceRef names a block device.
+type RefKind string
+
+const (
+	ByLabel     RefKind = "label"     // the file system label
+	ByPartLabel RefKind = "partlabel" // the GPT partition name
+)
+
+// DeviceRef names a block device by file system label or GPT partition
+// name (osb.data, osb.root=label:... or partlabel:...).
+type DeviceRef struct {
+	Kind  RefKind // ByLabel or ByPartLabel
+	Value string
+}
+
+func (d DeviceRef) String() string { return string(d.Kind) + ":" + d.Value }
+
+// WaitForBlockDevice polls /sys/class/block until a device matches ref or
 // wait has passed, and returns its /dev path.
-func waitForBlockDevice(ref DeviceRef, wait time.Duration) (string, error) {
+func WaitForBlockDevice(ref DeviceRef, wait time.Duration) (string, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		devs, err := scanBlockDevices("/sys/class/block")
@@ -66,9 +83,9 @@ func (d blockDevice) String() string {
 
 func (d blockDevice) matches(ref DeviceRef) bool {
 	switch ref.Kind {
-	case RootPartLabel:
+	case ByPartLabel:
 		return d.partName != "" && d.partName == ref.Value
-	case RootLabel:
+	case ByLabel:
 		return d.label != "" && d.label == ref.Value
 	}
 	return false

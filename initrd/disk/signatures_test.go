@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -105,24 +105,24 @@ func TestClassifyWholeDiskSignatures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			disk := sparseDisk(t, size, tc.at)
-			kind, _, reason, err := classifyDisk(disk, 512, size)
+			kind, _, reason, err := Classify(disk, 512, size)
 			if err != nil {
 				t.Fatal(err)
 			}
-			refusal := admitTarget("/dev/vdb", kind, reason, false)
+			refusal := AdmitTarget("/dev/vdb", kind, reason, false)
 			if tc.want == "" {
-				if kind != diskBlank || refusal != nil {
+				if kind != Blank || refusal != nil {
 					t.Fatalf("got %v (%s), %v; want blank", kind, reason, refusal)
 				}
 				return
 			}
-			if kind != diskForeign || !strings.Contains(reason, tc.want) {
+			if kind != Foreign || !strings.Contains(reason, tc.want) {
 				t.Fatalf("got %v (%s); want foreign naming %q", kind, reason, tc.want)
 			}
 			if refusal == nil || !strings.Contains(refusal.Error(), "osb.install.wipe=1") || !strings.Contains(refusal.Error(), tc.want) {
 				t.Errorf("refusal without osb.install.wipe=1: %v", refusal)
 			}
-			if err := admitTarget("/dev/vdb", kind, reason, true); err != nil {
+			if err := AdmitTarget("/dev/vdb", kind, reason, true); err != nil {
 				t.Errorf("with osb.install.wipe=1: %v", err)
 			}
 		})
@@ -179,14 +179,14 @@ func TestClassifyRealVolumes(t *testing.T) {
 					t.Fatalf("blkid says %q, want %q: the tool did not make what the test means", got, tc.blkid)
 				}
 			}
-			kind, _, reason, err := classifyDisk(disk, 512, size)
+			kind, _, reason, err := Classify(disk, 512, size)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if kind != diskForeign || !strings.Contains(reason, tc.want) {
+			if kind != Foreign || !strings.Contains(reason, tc.want) {
 				t.Fatalf("got %v (%s), want foreign naming %q", kind, reason, tc.want)
 			}
-			if err := admitTarget(disk.Name(), kind, reason, false); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if err := AdmitTarget(disk.Name(), kind, reason, false); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("refusal: %v", err)
 			}
 		})
@@ -332,17 +332,17 @@ func FuzzClassifyDisk(f *testing.F) {
 				}
 			}
 		}
-		kind, _, reason, err := classifyDisk(disk, 512, size)
+		kind, _, reason, err := Classify(disk, 512, size)
 		if err != nil {
 			t.Fatalf("in-memory disk: %v", err)
 		}
-		if (kind == diskForeign) != (reason != "") {
+		if (kind == Foreign) != (reason != "") {
 			t.Fatalf("%v with reason %q", kind, reason)
 		}
 		if disk.Max > max(probeWindow, gpt.MaxEntryArray) {
 			t.Fatalf("read of %d bytes", disk.Max)
 		}
-		if kind == diskForeign {
+		if kind == Foreign {
 			return
 		}
 		for _, s := range sigs {

@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"os"
@@ -60,30 +60,26 @@ func TestScanDisksAndTargets(t *testing.T) {
 		t.Fatalf("disks %v", names)
 	}
 	for _, tc := range []struct {
-		target string
+		target Target
 		want   string // matching disk names
 	}{
-		{"by-id:virtio-osb-target", "vda"},
-		{"by-id:/dev/disk/by-id/virtio-osb-target", "vda"},
-		{"by-id:nvme-Samsung_SSD_980_PRO_1TB_S4EWNX0R123456", "nvme0n1"},
-		{"by-id:nvme-eui.0025385b11b2c3d4", "nvme0n1"},
-		{"by-id:ata-INTEL_SSDSC2KB48_PHYS1234567890AB480G", "sda"},
-		{"by-id:wwn-0x55cd2e414d5f3a2b", "sda"},
-		{"serial:S4EWNX0R654321", "nvme1n1"},
-		{"serial:PHYS1234567890AB480G", "sda"},
-		{"path:/dev/sda", "sda"},
-		{"size:900-1000", "nvme0n1 nvme1n1"},
-		{"size:1-4", "vda"},
-		{"size:5-10", ""},
-		{"path:/dev/loop0", ""},
+		{Target{Kind: TargetByID, Value: "virtio-osb-target"}, "vda"},
+		{Target{Kind: TargetByID, Value: "/dev/disk/by-id/virtio-osb-target"}, "vda"},
+		{Target{Kind: TargetByID, Value: "nvme-Samsung_SSD_980_PRO_1TB_S4EWNX0R123456"}, "nvme0n1"},
+		{Target{Kind: TargetByID, Value: "nvme-eui.0025385b11b2c3d4"}, "nvme0n1"},
+		{Target{Kind: TargetByID, Value: "ata-INTEL_SSDSC2KB48_PHYS1234567890AB480G"}, "sda"},
+		{Target{Kind: TargetByID, Value: "wwn-0x55cd2e414d5f3a2b"}, "sda"},
+		{Target{Kind: TargetSerial, Value: "S4EWNX0R654321"}, "nvme1n1"},
+		{Target{Kind: TargetSerial, Value: "PHYS1234567890AB480G"}, "sda"},
+		{Target{Kind: TargetPath, Value: "/dev/sda"}, "sda"},
+		{Target{Kind: TargetSize, MinGiB: 900, MaxGiB: 1000}, "nvme0n1 nvme1n1"},
+		{Target{Kind: TargetSize, MinGiB: 1, MaxGiB: 4}, "vda"},
+		{Target{Kind: TargetSize, MinGiB: 5, MaxGiB: 10}, ""},
+		{Target{Kind: TargetPath, Value: "/dev/loop0"}, ""},
 	} {
-		cfg, err := ParseCmdline("osb.mode=install osb.install.image=http://x/d osb.install.sha256=" + digest + " osb.install.target=" + tc.target)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var got []string
 		for _, d := range disks {
-			if d.matchesTarget(cfg.InstallTarget) {
+			if d.matchesTarget(tc.target) {
 				got = append(got, d.name)
 			}
 		}
@@ -98,15 +94,15 @@ func TestSelectTargetDiskRefusesAmbiguity(t *testing.T) {
 	sysBlock, targetSettle = fakeSysBlock(t), 10*time.Millisecond
 	defer func() { sysBlock, targetSettle = old, oldSettle }()
 	logf := func(string, ...any) {}
-	_, err := selectTargetDisk(InstallTarget{Kind: TargetSize, MinGiB: 900, MaxGiB: 1000}, time.Second, logf)
+	_, err := SelectTarget(Target{Kind: TargetSize, MinGiB: 900, MaxGiB: 1000}, time.Second, logf)
 	if err == nil || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), "nvme1n1") {
 		t.Errorf("ambiguous: %v", err)
 	}
-	_, err = selectTargetDisk(InstallTarget{Kind: TargetSerial, Value: "nope"}, 100*time.Millisecond, logf)
+	_, err = SelectTarget(Target{Kind: TargetSerial, Value: "nope"}, 100*time.Millisecond, logf)
 	if err == nil || !strings.Contains(err.Error(), "matches no disk") || !strings.Contains(err.Error(), "/dev/vda") {
 		t.Errorf("no match: %v", err)
 	}
-	d, err := selectTargetDisk(InstallTarget{Kind: TargetSerial, Value: "osb-target"}, time.Second, logf)
+	d, err := SelectTarget(Target{Kind: TargetSerial, Value: "osb-target"}, time.Second, logf)
 	if err != nil || d.name != "vda" || d.size != 3<<30 {
 		t.Errorf("vda: %+v %v", d, err)
 	}
@@ -114,7 +110,7 @@ func TestSelectTargetDiskRefusesAmbiguity(t *testing.T) {
 
 func TestPartitionDevice(t *testing.T) {
 	for disk, want := range map[string]string{"vda": "/dev/vda3", "sda": "/dev/sda3", "nvme0n1": "/dev/nvme0n1p3", "mmcblk0": "/dev/mmcblk0p3"} {
-		if got := partitionDevice(disk, 3); got != want {
+		if got := PartitionDevice(disk, 3); got != want {
 			t.Errorf("%s: %s, want %s", disk, got, want)
 		}
 	}

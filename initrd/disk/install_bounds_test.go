@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -15,9 +15,9 @@ func TestClassifyHostileGPT(t *testing.T) {
 	const size = 4 << 20
 	for _, tc := range gpttest.HostileHeaders() {
 		t.Run(tc.Name, func(t *testing.T) {
-			k, _, reason, err := classifyDisk(bytes.NewReader(gpttest.Hostile(size, tc.Edit)), 512, size)
-			if err != nil || k != diskForeign || !strings.Contains(reason, tc.Want) {
-				t.Errorf("classifyDisk: %v %q %v", k, reason, err)
+			k, _, reason, err := Classify(bytes.NewReader(gpttest.Hostile(size, tc.Edit)), 512, size)
+			if err != nil || k != Foreign || !strings.Contains(reason, tc.Want) {
+				t.Errorf("Classify: %v %q %v", k, reason, err)
 			}
 		})
 	}
@@ -26,7 +26,7 @@ func TestClassifyHostileGPT(t *testing.T) {
 // TestClassifyTinyDisk: a disk smaller than a GPT is blank, not a panic.
 func TestClassifyTinyDisk(t *testing.T) {
 	for _, size := range []int64{0, 511, 1024} {
-		if k, _, _, err := classifyDisk(bytes.NewReader(make([]byte, size)), 512, size); err != nil || k != diskBlank {
+		if k, _, _, err := Classify(bytes.NewReader(make([]byte, size)), 512, size); err != nil || k != Blank {
 			t.Errorf("size %d: %v %v", size, k, err)
 		}
 	}
@@ -39,11 +39,11 @@ func TestInstallSinkBoundsStream(t *testing.T) {
 	img := testImage(t, 1<<20)
 	size := int64(len(img)) + 1<<20
 	disk := newDisk(t, size)
-	s := &installSink{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
-	if _, err := s.begin(size + 1); err == nil || !strings.Contains(err.Error(), "larger than the target disk") {
+	s := &Installer{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
+	if _, err := s.Begin(size + 1); err == nil || !strings.Contains(err.Error(), "larger than the target disk") {
 		t.Errorf("announced length past the disk: %v", err)
 	}
-	w, err := s.begin(-1) // unknown length
+	w, err := s.Begin(-1) // unknown length
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestInstallSinkBoundsStream(t *testing.T) {
 		t.Errorf("a byte past the disk: %v", err)
 	}
 	// A retry starts over.
-	if w, err = s.begin(int64(len(img))); err != nil {
+	if w, err = s.Begin(int64(len(img))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Write(img); err != nil {
@@ -71,8 +71,8 @@ func TestInstallSinkBoundsStream(t *testing.T) {
 func TestInstallSinkRefusesHostileImageGPT(t *testing.T) {
 	const size = 64 << 20
 	disk := newDisk(t, size)
-	s := &installSink{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
-	w, err := s.begin(-1)
+	s := &Installer{disk: disk, sectorSize: 512, size: size, logf: t.Logf}
+	w, err := s.Begin(-1)
 	if err != nil {
 		t.Fatal(err)
 	}

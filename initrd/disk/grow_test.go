@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -65,7 +65,7 @@ func TestFitGPTToDisk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			grown, oldEnd, newEnd, moved, err := fitGPTToDisk(f, 512, size)
+			grown, oldEnd, newEnd, moved, err := FitGPTToDisk(f, 512, size)
 			f.Close()
 			if err != nil {
 				t.Fatal(err)
@@ -99,7 +99,7 @@ func TestFitGPTToDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if grown, _, _, moved, err := fitGPTToDisk(f, 512, size); err != nil || grown != nil || moved {
+			if grown, _, _, moved, err := FitGPTToDisk(f, 512, size); err != nil || grown != nil || moved {
 				t.Errorf("second fit: grown %v, moved %v, %v", grown != nil, moved, err)
 			}
 		})
@@ -117,10 +117,10 @@ func TestGrowDataEntry(t *testing.T) {
 		parts []gpt.Partition
 		want  bool
 	}{
-		{"last", []gpt.Partition{part(2, partLabelRoot, 2048, 4095), part(3, partLabelData, 4096, 8191)}, true},
-		{"not last", []gpt.Partition{part(3, partLabelData, 4096, 8191), part(4, "osb-other", 8192, 10239)}, false},
-		{"no data", []gpt.Partition{part(2, partLabelRoot, 2048, 4095)}, false},
-		{"already at the end", []gpt.Partition{part(3, partLabelData, 4096, size/512-2049)}, false},
+		{"last", []gpt.Partition{part(2, PartLabelRoot, 2048, 4095), part(3, PartLabelData, 4096, 8191)}, true},
+		{"not last", []gpt.Partition{part(3, PartLabelData, 4096, 8191), part(4, "osb-other", 8192, 10239)}, false},
+		{"no data", []gpt.Partition{part(2, PartLabelRoot, 2048, 4095)}, false},
+		{"already at the end", []gpt.Partition{part(3, PartLabelData, 4096, size/512-2049)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestGrowDataEntry(t *testing.T) {
 				t.Fatalf("grown %v, want %v", p != nil, tc.want)
 			}
 			if p != nil {
-				if end != size-mib || p.LastLBA != uint64(end/512)-1 || tab.ByName(partLabelData).LastLBA != p.LastLBA {
+				if end != size-mib || p.LastLBA != uint64(end/512)-1 || tab.ByName(PartLabelData).LastLBA != p.LastLBA {
 					t.Errorf("grown to byte %d, LBA %d; want the last usable MiB", end, p.LastLBA)
 				}
 				if _, _, _, err := tab.Encode(size); err != nil {
@@ -141,7 +141,7 @@ func TestGrowDataEntry(t *testing.T) {
 	}
 }
 
-// superblock is an ext4 superblock with the fields ext4Geometry reads.
+// superblock is an ext4 superblock with the fields Ext4Geometry reads.
 func superblock(logBlock uint32, blocksLo, blocksHi uint32, bit64 bool) []byte {
 	sb := make([]byte, 1024)
 	binary.LittleEndian.PutUint32(sb[4:], blocksLo)
@@ -172,7 +172,7 @@ func TestExt4Geometry(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			bs, blocks, err := ext4Geometry(tc.sb)
+			bs, blocks, err := Ext4Geometry(tc.sb)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -200,12 +200,12 @@ func TestExt4GeometryOfDiskImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, end := tab.ByName(partLabelData).ByteRange(512)
+	start, end := tab.ByName(PartLabelData).ByteRange(512)
 	sb := make([]byte, 1024)
 	if _, err := f.ReadAt(sb, start+1024); err != nil {
 		t.Fatal(err)
 	}
-	bs, blocks, err := ext4Geometry(sb)
+	bs, blocks, err := Ext4Geometry(sb)
 	if err != nil || bs != 4096 || int64(blocks)*bs != end-start {
 		t.Fatalf("block size %d, %d blocks, %v; want 4096-byte blocks filling %d bytes", bs, blocks, err, end-start)
 	}
@@ -217,7 +217,7 @@ func FuzzExt4Geometry(f *testing.F) {
 	f.Add(superblock(9, 1, 0, false))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, sb []byte) {
-		bs, blocks, err := ext4Geometry(sb)
+		bs, blocks, err := Ext4Geometry(sb)
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -28,18 +28,18 @@ func TestClassifyDisk(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		disk   []byte
-		want   diskKind
+		want   Kind
 		reason string
 	}{
-		{"zeros", make([]byte, size), diskBlank, ""},
-		{"our image", img, diskOurs, ""},
-		{"foreign GPT", foreignGPT, diskForeign, `"EFI system partition"`},
-		{"MBR", mk(func(b []byte) { b[510], b[511] = 0x55, 0xaa }), diskForeign, "MBR"},
-		{"ext4 on the whole disk", mk(func(b []byte) { b[1080], b[1081] = 0x53, 0xef }), diskForeign, "ext2/3/4"},
-		{"LVM", mk(func(b []byte) { copy(b[512:], "LABELONE"); copy(b[512+24:], "LVM2 001") }), diskForeign, "LVM"},
-		{"damaged GPT", mk(func(b []byte) { copy(b, img[:34*512]); b[600] ^= 1 }), diskForeign, "damaged GPT"},
+		{"zeros", make([]byte, size), Blank, ""},
+		{"our image", img, Ours, ""},
+		{"foreign GPT", foreignGPT, Foreign, `"EFI system partition"`},
+		{"MBR", mk(func(b []byte) { b[510], b[511] = 0x55, 0xaa }), Foreign, "MBR"},
+		{"ext4 on the whole disk", mk(func(b []byte) { b[1080], b[1081] = 0x53, 0xef }), Foreign, "ext2/3/4"},
+		{"LVM", mk(func(b []byte) { copy(b[512:], "LABELONE"); copy(b[512+24:], "LVM2 001") }), Foreign, "LVM"},
+		{"damaged GPT", mk(func(b []byte) { copy(b, img[:34*512]); b[600] ^= 1 }), Foreign, "damaged GPT"},
 	} {
-		k, _, reason, err := classifyDisk(bytes.NewReader(tc.disk), 512, size)
+		k, _, reason, err := Classify(bytes.NewReader(tc.disk), 512, size)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -63,32 +63,32 @@ func newDisk(t *testing.T, size int64) *os.File {
 
 // install streams img onto disk as installMode does, in chunks of odd
 // sizes, stopping after stopAfter bytes if >= 0 (a killed VM).
-func install(t *testing.T, disk *os.File, img []byte, stopAfter int) (*installSink, error) {
+func install(t *testing.T, disk *os.File, img []byte, stopAfter int) (*Installer, error) {
 	t.Helper()
 	return installWipe(t, disk, img, stopAfter, false)
 }
 
 // installWipe is install with osb.install.wipe=1 when wipe: a foreign disk
 // is overwritten, its data partition not kept.
-func installWipe(t *testing.T, disk *os.File, img []byte, stopAfter int, wipe bool) (*installSink, error) {
+func installWipe(t *testing.T, disk *os.File, img []byte, stopAfter int, wipe bool) (*Installer, error) {
 	t.Helper()
 	size, _ := disk.Seek(0, io.SeekEnd)
-	kind, tb, reason, err := classifyDisk(disk, 512, size)
+	kind, tb, reason, err := Classify(disk, 512, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admitTarget(disk.Name(), kind, reason, wipe); err != nil {
+	if err := AdmitTarget(disk.Name(), kind, reason, wipe); err != nil {
 		t.Fatal(err)
 	}
-	if kind == diskForeign {
+	if kind == Foreign {
 		tb = nil
 	}
 	var keep *gpt.Partition
 	if tb != nil {
-		keep = tb.ByName(partLabelData)
+		keep = tb.ByName(PartLabelData)
 	}
-	s := &installSink{disk: disk, sectorSize: 512, size: size, keep: keep, logf: t.Logf}
-	w, _ := s.begin(int64(len(img)))
+	s := &Installer{disk: disk, sectorSize: 512, size: size, keep: keep, logf: t.Logf}
+	w, _ := s.Begin(int64(len(img)))
 	data := img
 	if stopAfter >= 0 {
 		data = img[:stopAfter]
@@ -103,7 +103,7 @@ func installWipe(t *testing.T, disk *os.File, img []byte, stopAfter int, wipe bo
 	if stopAfter >= 0 {
 		return s, nil
 	}
-	if err := writeTable(disk, s.plan.table, size, true); err != nil {
+	if err := WriteTable(disk, s.plan.table, size, true); err != nil {
 		t.Fatal(err)
 	}
 	return s, nil
@@ -133,21 +133,21 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	imgT, _ := gpt.Read(bytes.NewReader(img), 512, int64(len(img)))
-	for _, name := range []string{partLabelESP, partLabelRoot} {
+	for _, name := range []string{PartLabelESP, PartLabelRoot} {
 		if !bytes.Equal(partBytes(t, disk, size, name), partBytes(t, bytes.NewReader(img), int64(len(img)), name)) {
 			t.Errorf("%s differs from the image's", name)
 		}
 	}
 	// A data partition as the first boot creates it, with some data.
 	tb, _ := gpt.Read(disk, 512, size)
-	_, rootEnd := imgT.ByName(partLabelRoot).ByteRange(512)
+	_, rootEnd := imgT.ByName(PartLabelRoot).ByteRange(512)
 	_, last := tb.Usable(size)
-	start, err := dataPartitionStart(rootEnd, int64(last+1)*512/mib*mib)
+	start, err := DataPartitionStart(rootEnd, int64(last+1)*512/mib*mib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb.Partitions = append(tb.Partitions, gpt.Partition{Index: 3, Type: gpt.MustGUID(gpt.TypeLinuxVar), GUID: gpt.MustGUID("bbbbbbbb-2222-3333-4444-555555555555"), Name: partLabelData, FirstLBA: uint64(start / 512), LastLBA: last})
-	if err := writeTable(disk, tb, size, true); err != nil {
+	tb.Partitions = append(tb.Partitions, gpt.Partition{Index: 3, Type: gpt.MustGUID(gpt.TypeLinuxVar), GUID: gpt.MustGUID("bbbbbbbb-2222-3333-4444-555555555555"), Name: PartLabelData, FirstLBA: uint64(start / 512), LastLBA: last})
+	if err := WriteTable(disk, tb, size, true); err != nil {
 		t.Fatal(err)
 	}
 	marker := []byte("persisted data")
@@ -158,8 +158,8 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 	if _, err := install(t, disk, img, len(img)/2); err != nil {
 		t.Fatal(err)
 	}
-	kind, mid, _, _ := classifyDisk(disk, 512, size)
-	if kind != diskOurs || mid.ByName(partLabelESP) != nil || mid.ByName(partLabelData) == nil {
+	kind, mid, _, _ := Classify(disk, 512, size)
+	if kind != Ours || mid.ByName(PartLabelESP) != nil || mid.ByName(PartLabelData) == nil {
 		t.Fatalf("after an interrupted install: %v %+v", kind, mid)
 	}
 	// Install again: completes, data kept.
@@ -167,7 +167,7 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	final, _ := gpt.Read(disk, 512, size)
-	if len(final.Partitions) != 3 || final.ByName(partLabelData).FirstLBA != uint64(start/512) {
+	if len(final.Partitions) != 3 || final.ByName(PartLabelData).FirstLBA != uint64(start/512) {
 		t.Errorf("final table %+v", final.Partitions)
 	}
 	got := make([]byte, len(marker))
@@ -175,7 +175,7 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 	if !bytes.Equal(got, marker) {
 		t.Error("data partition contents lost")
 	}
-	if sha256.Sum256(partBytes(t, disk, size, partLabelRoot)) != sha256.Sum256(partBytes(t, bytes.NewReader(img), int64(len(img)), partLabelRoot)) {
+	if sha256.Sum256(partBytes(t, disk, size, PartLabelRoot)) != sha256.Sum256(partBytes(t, bytes.NewReader(img), int64(len(img)), PartLabelRoot)) {
 		t.Error("root differs after reinstall")
 	}
 }
@@ -185,7 +185,7 @@ func TestInstallKeepsDataAndSurvivesInterruption(t *testing.T) {
 // the GPT does not write (a LUKS2 secondary header at 32 KiB, a btrfs
 // superblock at 64 KiB): the installer's own disk, interrupted or
 // complete, must be ours on the next run, not refused for what was there
-// before. classifyDisk trusts no GPT over a signature in the first MiB;
+// before. Classify trusts no GPT over a signature in the first MiB;
 // before the installer zeroed it, the leftovers made its disk foreign.
 func TestInstallClearsTheStartOfAForeignDisk(t *testing.T) {
 	img := testImage(t, 2<<20)
@@ -199,13 +199,13 @@ func TestInstallClearsTheStartOfAForeignDisk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			disk := sparseDisk(t, size, map[int64][]byte{32 << 10: []byte("SKUL\xba\xbe\x00\x02"), 65536 + 64: []byte("_BHRfS_M")})
-			if kind, _, _, _ := classifyDisk(disk, 512, size); kind != diskForeign {
+			if kind, _, _, _ := Classify(disk, 512, size); kind != Foreign {
 				t.Fatalf("before: %v", kind)
 			}
 			if _, err := installWipe(t, disk, img, tc.stopAfter, true); err != nil {
 				t.Fatal(err)
 			}
-			if kind, _, reason, err := classifyDisk(disk, 512, size); err != nil || kind != diskOurs {
+			if kind, _, reason, err := Classify(disk, 512, size); err != nil || kind != Ours {
 				t.Fatalf("after: %v (%s), %v", kind, reason, err)
 			}
 		})
@@ -215,8 +215,8 @@ func TestInstallClearsTheStartOfAForeignDisk(t *testing.T) {
 func TestPlanInstallRefusals(t *testing.T) {
 	img := testImage(t, 4<<20)
 	imgT, _ := gpt.Read(bytes.NewReader(img), 512, int64(len(img)))
-	_, rootEnd := imgT.ByName(partLabelRoot).ByteRange(512)
-	data := &gpt.Partition{Index: 3, Type: gpt.MustGUID(gpt.TypeLinuxVar), Name: partLabelData, FirstLBA: uint64(rootEnd/512) - 2048, LastLBA: 1 << 20}
+	_, rootEnd := imgT.ByName(PartLabelRoot).ByteRange(512)
+	data := &gpt.Partition{Index: 3, Type: gpt.MustGUID(gpt.TypeLinuxVar), Name: PartLabelData, FirstLBA: uint64(rootEnd/512) - 2048, LastLBA: 1 << 20}
 	if _, err := planInstall(imgT, 512, 1<<30, data); err == nil || !strings.Contains(err.Error(), "preserved osb-data") {
 		t.Errorf("data partition in the way: %v", err)
 	}
@@ -228,12 +228,12 @@ func TestPlanInstallRefusals(t *testing.T) {
 		t.Errorf("no root: %v", err)
 	}
 	// Data partition that reused slot 1 or 2 gets slot 3.
-	ok := &gpt.Partition{Index: 2, Type: gpt.MustGUID(gpt.TypeLinuxVar), Name: partLabelData, FirstLBA: uint64(rootEnd / 512), LastLBA: uint64(rootEnd/512) + 4096}
+	ok := &gpt.Partition{Index: 2, Type: gpt.MustGUID(gpt.TypeLinuxVar), Name: PartLabelData, FirstLBA: uint64(rootEnd / 512), LastLBA: uint64(rootEnd/512) + 4096}
 	p, err := planInstall(imgT, 512, 1<<30, ok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := p.table.ByName(partLabelData); d.Index != 3 || len(p.interim.Partitions) != 1 {
+	if d := p.table.ByName(PartLabelData); d.Index != 3 || len(p.interim.Partitions) != 1 {
 		t.Errorf("plan %+v", p.table.Partitions)
 	}
 }
@@ -248,9 +248,9 @@ func TestDataPartitionStart(t *testing.T) {
 		{600 * mib, 2 * gib, 600 * mib, false},     // tight: right after root
 		{600 * mib, 600*mib + 10*mib, 0, true},     // too small
 	} {
-		got, err := dataPartitionStart(tc.rootEnd, tc.usableEnd)
+		got, err := DataPartitionStart(tc.rootEnd, tc.usableEnd)
 		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("dataPartitionStart(%d, %d) = %d, %v; want %d", tc.rootEnd, tc.usableEnd, got, err, tc.want)
+			t.Errorf("DataPartitionStart(%d, %d) = %d, %v; want %d", tc.rootEnd, tc.usableEnd, got, err, tc.want)
 		}
 	}
 }

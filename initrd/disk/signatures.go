@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"bytes"
@@ -200,7 +200,7 @@ func zfsLabels(d *diskProbe) (int64, bool) {
 
 // wholeDiskSignatures are checked on every disk, in this order; every
 // match is reported. With a GPT only those in the first MiB count
-// (classifyDisk): the rest lie in its partitions.
+// (Classify): the rest lie in its partitions.
 var wholeDiskSignatures = []diskSignature{
 	{"a LUKS1 encrypted volume", func(d *diskProbe) (int64, bool) { return 0, luksVersion(d, 0, "LUKS\xba\xbe", 1) }},
 	{"a LUKS2 encrypted volume", func(d *diskProbe) (int64, bool) { return 0, luksVersion(d, 0, "LUKS\xba\xbe", 2) }},

@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"os"
@@ -75,27 +75,27 @@ func TestClassifyOverwrittenOSBuilderDisk(t *testing.T) {
 		name      string
 		overwrite func(t *testing.T, path string)
 		blkid     string // the TYPE blkid -p reports afterwards, "" to skip
-		want      diskKind
+		want      Kind
 		reason    string
 	}{
-		{"untouched (control)", nil, "", diskOurs, ""},
-		{"first MiB zeroed, backup GPT left (control)", write(0, make([]byte, 1<<20)), "", diskOurs, ""},
-		{"mkswap (keeps the boot sectors)", run("mkswap"), "swap", diskForeign, "swap area (at byte 4086)"},
-		{"mkswap -f (erases the boot sectors)", run("mkswap", "-f"), "swap", diskForeign, "swap area (at byte 4086)"},
+		{"untouched (control)", nil, "", Ours, ""},
+		{"first MiB zeroed, backup GPT left (control)", write(0, make([]byte, 1<<20)), "", Ours, ""},
+		{"mkswap (keeps the boot sectors)", run("mkswap"), "swap", Foreign, "swap area (at byte 4086)"},
+		{"mkswap -f (erases the boot sectors)", run("mkswap", "-f"), "swap", Foreign, "swap area (at byte 4086)"},
 		// libblkid finds the GPT and cryptsetup wipes both copies: foreign
 		// before the fix too.
-		{"cryptsetup luksFormat --type luks2", luks("luks2"), "crypto_LUKS", diskForeign, "LUKS2 encrypted volume (at byte 0)"},
+		{"cryptsetup luksFormat --type luks2", luks("luks2"), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
 		// Without the protective MBR libblkid sees no GPT, and the backup
 		// stays.
-		{"MBR cleared, then cryptsetup luksFormat --type luks2", then(clearMBR, luks("luks2")), "crypto_LUKS", diskForeign, "LUKS2 encrypted volume (at byte 0)"},
-		{"MBR cleared, then cryptsetup luksFormat --type luks1", then(clearMBR, luks("luks1")), "crypto_LUKS", diskForeign, "LUKS1 encrypted volume (at byte 0)"},
-		{"MBR cleared (control: the primary GPT is intact)", clearMBR, "", diskOurs, ""},
-		{"synthetic LUKS2 header at byte 0", write(0, header(16<<10, map[int][]byte{0: []byte("LUKS\xba\xbe\x00\x02")})), "", diskForeign, "LUKS2 encrypted volume (at byte 0)"},
-		{"synthetic XFS superblock in sector 0 only (primary GPT intact)", write(0, header(512, map[int][]byte{0: []byte("XFSB")})), "", diskForeign, "XFS file system (at byte 0)"},
-		{"synthetic md 1.1 superblock in sector 0 only", write(0, header(512, map[int][]byte{0: md1(0)})), "", diskForeign, "md 1.1"},
-		{"unknown bytes over the primary GPT", write(0, junk), "", diskForeign, "first MiB is not blank"},
-		{"primary GPT header zeroed, protective MBR left", write(512, make([]byte, 512)), "", diskForeign, "backup GPT"},
-		{"primary GPT damaged", write(512+40, []byte{0xff}), "", diskForeign, "damaged GPT"},
+		{"MBR cleared, then cryptsetup luksFormat --type luks2", then(clearMBR, luks("luks2")), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
+		{"MBR cleared, then cryptsetup luksFormat --type luks1", then(clearMBR, luks("luks1")), "crypto_LUKS", Foreign, "LUKS1 encrypted volume (at byte 0)"},
+		{"MBR cleared (control: the primary GPT is intact)", clearMBR, "", Ours, ""},
+		{"synthetic LUKS2 header at byte 0", write(0, header(16<<10, map[int][]byte{0: []byte("LUKS\xba\xbe\x00\x02")})), "", Foreign, "LUKS2 encrypted volume (at byte 0)"},
+		{"synthetic XFS superblock in sector 0 only (primary GPT intact)", write(0, header(512, map[int][]byte{0: []byte("XFSB")})), "", Foreign, "XFS file system (at byte 0)"},
+		{"synthetic md 1.1 superblock in sector 0 only", write(0, header(512, map[int][]byte{0: md1(0)})), "", Foreign, "md 1.1"},
+		{"unknown bytes over the primary GPT", write(0, junk), "", Foreign, "first MiB is not blank"},
+		{"primary GPT header zeroed, protective MBR left", write(512, make([]byte, 512)), "", Foreign, "backup GPT"},
+		{"primary GPT damaged", write(512+40, []byte{0xff}), "", Foreign, "damaged GPT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			disk := sparseDisk(t, size, nil)
@@ -109,17 +109,17 @@ func TestClassifyOverwrittenOSBuilderDisk(t *testing.T) {
 					t.Fatalf("blkid says %q, want %q: the tool did not make what the test means", got, tc.blkid)
 				}
 			}
-			kind, _, reason, err := classifyDisk(disk, 512, size)
+			kind, _, reason, err := Classify(disk, 512, size)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if kind != tc.want || !strings.Contains(reason, tc.reason) {
 				t.Fatalf("got %v (%s), want %v naming %q", kind, reason, tc.want, tc.reason)
 			}
-			if tc.want != diskForeign {
+			if tc.want != Foreign {
 				return
 			}
-			if err := admitTarget(disk.Name(), kind, reason, false); err == nil || !strings.Contains(err.Error(), "osb.install.wipe=1") {
+			if err := AdmitTarget(disk.Name(), kind, reason, false); err == nil || !strings.Contains(err.Error(), "osb.install.wipe=1") {
 				t.Errorf("refusal without osb.install.wipe=1: %v", err)
 			}
 		})

@@ -1,4 +1,11 @@
-package pid1
+// Package disk is the init's knowledge of disks: finding the block devices
+// and disks the kernel command line names (sysfs, disks.go, blockdev.go),
+// saying what a disk holds before an install (classify.go, signatures.go),
+// planning and writing an install onto it (install.go), and fitting an
+// installed disk's GPT to the disk it was copied onto (grow.go). Partition
+// tables are read and written by package initrd/gpt. The init (package
+// initrd/pid1) drives all of it; docs/cmdline.md defines what it does.
+package disk
 
 import (
 	"fmt"
@@ -16,18 +23,19 @@ import (
 // sysBlock lists whole disks (partitions are subdirectories of their disk).
 var sysBlock = "/sys/block"
 
-// diskInfo is what the init knows about a whole disk from sysfs.
-type diskInfo struct {
+// Info is what the init knows about a whole disk from sysfs.
+type Info struct {
 	name   string   // kernel name, e.g. vda, nvme0n1
 	size   int64    // bytes
 	serial string   // "" if sysfs has none
 	ids    []string // names as udev would put them in /dev/disk/by-id
 }
 
-func (d diskInfo) devPath() string { return "/dev/" + d.name }
+// DevPath is the disk's device node.
+func (d Info) DevPath() string { return "/dev/" + d.name }
 
-func (d diskInfo) String() string {
-	s := fmt.Sprintf("%s (%.1f GiB", d.devPath(), float64(d.size)/(1<<30))
+func (d Info) String() string {
+	s := fmt.Sprintf("%s (%.1f GiB", d.DevPath(), float64(d.size)/(1<<30))
 	if d.serial != "" {
 		s += fmt.Sprintf(", serial %q", d.serial)
 	}
@@ -55,12 +63,12 @@ func udevString(s string) string {
 }
 
 // scanDisks lists the whole disks under dir (/sys/block), sorted by name.
-func scanDisks(dir string) ([]diskInfo, error) {
+func scanDisks(dir string) ([]Info, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list disks: %w", err)
 	}
-	var out []diskInfo
+	var out []Info
 	for _, e := range entries {
 		name := e.Name()
 		skip := false
@@ -73,7 +81,7 @@ func scanDisks(dir string) ([]diskInfo, error) {
 		if skip || err != nil || sectors == 0 {
 			continue
 		}
-		d := diskInfo{name: name, size: sectors * 512} // sysfs counts 512-byte units
+		d := Info{name: name, size: sectors * 512} // sysfs counts 512-byte units
 		dev := filepath.Join(dir, name, "device")
 		d.serial = readTrim(filepath.Join(dir, name, "serial")) // virtio
 		if d.serial == "" {
@@ -125,8 +133,33 @@ func vpdSerial(p string) string {
 	return strings.TrimSpace(string(b[4 : 4+n]))
 }
 
+// TargetKind is how osb.install.target selects a disk.
+type TargetKind string
+
+const (
+	TargetByID   TargetKind = "by-id"
+	TargetSerial TargetKind = "serial"
+	TargetPath   TargetKind = "path"
+	TargetSize   TargetKind = "size"
+)
+
+// Target is a parsed osb.install.target.
+type Target struct {
+	Kind  TargetKind
+	Value string // for by-id, serial, path
+	// MinGiB and MaxGiB bound the disk size for TargetSize.
+	MinGiB, MaxGiB uint64
+}
+
+func (t Target) String() string {
+	if t.Kind == TargetSize {
+		return fmt.Sprintf("size:%d-%d", t.MinGiB, t.MaxGiB)
+	}
+	return string(t.Kind) + ":" + t.Value
+}
+
 // matchesTarget says whether d is selected by t.
-func (d diskInfo) matchesTarget(t InstallTarget) bool {
+func (d Info) matchesTarget(t Target) bool {
 	switch t.Kind {
 	case TargetByID:
 		id := strings.TrimPrefix(t.Value, "/dev/disk/by-id/")
@@ -138,7 +171,7 @@ func (d diskInfo) matchesTarget(t InstallTarget) bool {
 	case TargetSerial:
 		return d.serial != "" && d.serial == t.Value
 	case TargetPath:
-		return d.devPath() == t.Value || d.name == strings.TrimPrefix(t.Value, "/dev/")
+		return d.DevPath() == t.Value || d.name == strings.TrimPrefix(t.Value, "/dev/")
 	case TargetSize:
 		const gib = 1 << 30
 		return d.size >= int64(t.MinGiB)*gib && d.size <= int64(t.MaxGiB)*gib
@@ -151,17 +184,17 @@ func (d diskInfo) matchesTarget(t InstallTarget) bool {
 // must make the selection ambiguous, not lose a race.
 var targetSettle = 2 * time.Second
 
-// selectTargetDisk waits for the disk t selects and returns it. No match
+// SelectTarget waits for the disk t selects and returns it. No match
 // within the wait, or more than one match, is an error listing the disks.
-func selectTargetDisk(t InstallTarget, wait time.Duration, logf func(string, ...any)) (diskInfo, error) {
+func SelectTarget(t Target, wait time.Duration, logf func(string, ...any)) (Info, error) {
 	deadline := time.Now().Add(wait)
 	logged := false
 	for {
 		disks, err := scanDisks(sysBlock)
 		if err != nil {
-			return diskInfo{}, err
+			return Info{}, err
 		}
-		var matches []diskInfo
+		var matches []Info
 		for _, d := range disks {
 			if d.matchesTarget(t) {
 				matches = append(matches, d)
@@ -171,7 +204,7 @@ func selectTargetDisk(t InstallTarget, wait time.Duration, logf func(string, ...
 			time.Sleep(targetSettle)
 			again, err := scanDisks(sysBlock)
 			if err != nil {
-				return diskInfo{}, err
+				return Info{}, err
 			}
 			if len(again) != len(disks) {
 				continue // still discovering
@@ -185,14 +218,14 @@ func selectTargetDisk(t InstallTarget, wait time.Duration, logf func(string, ...
 			for _, m := range matches {
 				l = append(l, m.String())
 			}
-			return diskInfo{}, fmt.Errorf("install target %s is ambiguous: it matches %s; refusing to guess (use a selector that matches one disk)", t, strings.Join(l, ", "))
+			return Info{}, fmt.Errorf("install target %s is ambiguous: it matches %s; refusing to guess (use a selector that matches one disk)", t, strings.Join(l, ", "))
 		}
 		if time.Now().After(deadline) {
 			var l []string
 			for _, d := range disks {
 				l = append(l, d.String())
 			}
-			return diskInfo{}, fmt.Errorf("install target %s matches no disk within %v; disks seen: [%s]", t, wait, strings.Join(l, "; "))
+			return Info{}, fmt.Errorf("install target %s matches no disk within %v; disks seen: [%s]", t, wait, strings.Join(l, "; "))
 		}
 		if !logged {
 			logf("install: waiting up to %v for a disk matching %s", wait, t)
@@ -200,13 +233,6 @@ func selectTargetDisk(t InstallTarget, wait time.Duration, logf func(string, ...
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func (t InstallTarget) String() string {
-	if t.Kind == TargetSize {
-		return fmt.Sprintf("size:%d-%d", t.MinGiB, t.MaxGiB)
-	}
-	return string(t.Kind) + ":" + t.Value
 }
 
 // blockSectorSize is the logical sector size of an open block device.
@@ -218,8 +244,8 @@ func blockSectorSize(f *os.File) (int, error) {
 	return n, nil
 }
 
-// blockSize is the size in bytes of an open block device.
-func blockSize(f *os.File) (int64, error) {
+// Size is the size in bytes of an open block device.
+func Size(f *os.File) (int64, error) {
 	var size uint64
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e != 0 {
 		return 0, fmt.Errorf("BLKGETSIZE64 %s: %w", f.Name(), e)
@@ -227,15 +253,15 @@ func blockSize(f *os.File) (int64, error) {
 	return int64(size), nil
 }
 
-// openDisk opens a block device with flag and reads its logical sector size
+// Open opens a block device with flag and reads its logical sector size
 // and its size: what every reader or writer of a partition table needs.
-func openDisk(path string, flag int) (f *os.File, sectorSize int, size int64, err error) {
+func Open(path string, flag int) (f *os.File, sectorSize int, size int64, err error) {
 	f, err = os.OpenFile(path, flag|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("open %s: %w", path, err)
 	}
 	if sectorSize, err = blockSectorSize(f); err == nil {
-		size, err = blockSize(f)
+		size, err = Size(f)
 	}
 	if err != nil {
 		f.Close()
@@ -244,8 +270,8 @@ func openDisk(path string, flag int) (f *os.File, sectorSize int, size int64, er
 	return f, sectorSize, size, nil
 }
 
-// rereadPartitions asks the kernel to read the disk's new table.
-func rereadPartitions(f *os.File) error {
+// RereadPartitions asks the kernel to read the disk's new table.
+func RereadPartitions(f *os.File) error {
 	var err error
 	// The kernel refuses while udev or a prober holds a partition open;
 	// in the initrd nobody should, but retry briefly anyway.
@@ -260,14 +286,45 @@ func rereadPartitions(f *os.File) error {
 	return fmt.Errorf("BLKRRPART %s: %w", f.Name(), err)
 }
 
-// addKernelPartition tells the kernel about one new partition without
+// AddKernelPartition tells the kernel about one new partition without
 // rereading the whole table, which it refuses while another partition of
 // the disk is in use (the mounted root).
-func addKernelPartition(f *os.File, pno int, start, length int64) error {
+func AddKernelPartition(f *os.File, pno int, start, length int64) error {
 	p := unix.BlkpgPartition{Start: start, Length: length, Pno: int32(pno)}
 	arg := unix.BlkpgIoctlArg{Op: unix.BLKPG_ADD_PARTITION, Datalen: int32(unsafe.Sizeof(p)), Data: (*byte)(unsafe.Pointer(&p))}
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKPG, uintptr(unsafe.Pointer(&arg))); e != 0 {
 		return fmt.Errorf("BLKPG add partition %d to %s: %w", pno, f.Name(), e)
 	}
 	return nil
+}
+
+// ResizeKernelPartition tells the running kernel partition pno of disk f
+// now has length bytes (BLKPG; the partition must not be in use).
+func ResizeKernelPartition(f *os.File, pno int, start, length int64) error {
+	p := unix.BlkpgPartition{Start: start, Length: length, Pno: int32(pno)}
+	arg := unix.BlkpgIoctlArg{Op: unix.BLKPG_RESIZE_PARTITION, Datalen: int32(unsafe.Sizeof(p)), Data: (*byte)(unsafe.Pointer(&p))}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKPG, uintptr(unsafe.Pointer(&arg))); e != 0 {
+		return fmt.Errorf("BLKPG resize partition %d of %s: %w", pno, f.Name(), e)
+	}
+	return nil
+}
+
+// OfPartition returns the whole-disk device holding partition device part.
+func OfPartition(part string) (string, error) {
+	link, err := filepath.EvalSymlinks(filepath.Join("/sys/class/block", filepath.Base(part)))
+	if err != nil {
+		return "", fmt.Errorf("find the disk of %s: %w", part, err)
+	}
+	if _, err := os.Stat(filepath.Join(link, "partition")); err != nil {
+		return "", fmt.Errorf("%s is not a partition", part)
+	}
+	return "/dev/" + filepath.Base(filepath.Dir(link)), nil
+}
+
+// PartitionDevice names partition n of disk: vda3, but nvme0n1p3.
+func PartitionDevice(disk string, n int) string {
+	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
+		return "/dev/" + disk + "p" + strconv.Itoa(n)
+	}
+	return "/dev/" + disk + strconv.Itoa(n)
 }

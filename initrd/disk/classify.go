@@ -1,4 +1,4 @@
-package pid1
+package disk
 
 import (
 	"errors"
@@ -11,25 +11,25 @@ import (
 
 // Partition names of docs/cmdline.md.
 const (
-	partLabelESP  = "osb-esp"
-	partLabelRoot = "osb-root"
-	partLabelData = "osb-data"
+	PartLabelESP  = "osb-esp"
+	PartLabelRoot = "osb-root"
+	PartLabelData = "osb-data"
 )
 
-// diskKind is what a disk holds before an install.
-type diskKind int
+// Kind is what a disk holds before an install.
+type Kind int
 
 const (
-	diskBlank   diskKind = iota // no partition table, no known signature
-	diskOurs                    // a GPT whose partitions are all osb-*
-	diskForeign                 // anything else
+	Blank   Kind = iota // no partition table, no known signature
+	Ours                // a GPT whose partitions are all osb-*
+	Foreign             // anything else
 )
 
-func (k diskKind) String() string {
+func (k Kind) String() string {
 	return [...]string{"blank", "an os-builder disk", "foreign"}[k]
 }
 
-// classifyDisk says what a disk holds and, for diskForeign, why. The
+// Classify says what a disk holds and, for Foreign, why. The
 // signatures come first: a tool that writes its header at the start of a
 // disk (cryptsetup, mkswap, mkfs) leaves an older GPT's backup at the end,
 // often its primary header too, so no GPT is trusted over a known
@@ -42,7 +42,7 @@ func (k diskKind) String() string {
 //     zeros: someone cleared the start and wrote nothing there since;
 //   - without either, the signatures at both ends and any non-zero byte
 //     in the first MiB make the disk foreign (signatures.go).
-func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gpt.Table, string, error) {
+func Classify(r io.ReaderAt, sectorSize int, size int64) (Kind, *gpt.Table, string, error) {
 	d, err := newDiskProbe(r, size)
 	if err != nil {
 		return 0, nil, "", err
@@ -55,9 +55,9 @@ func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gpt.Tab
 	backup, berr := gpt.ReadBackup(r, sectorSize, size)
 	if errors.Is(perr, gpt.ErrNoGPT) && berr != nil {
 		if reason := foreignContent(d, found); reason != "" {
-			return diskForeign, nil, reason, nil
+			return Foreign, nil, reason, nil
 		}
-		return diskBlank, nil, "", nil
+		return Blank, nil, "", nil
 	}
 	if over := overwrittenStart(found); len(over) > 0 {
 		what := "a GPT"
@@ -68,23 +68,23 @@ func classifyDisk(r io.ReaderAt, sectorSize int, size int64) (diskKind, *gpt.Tab
 		default:
 			what = "a damaged GPT (" + perr.Error() + ")"
 		}
-		return diskForeign, nil, fmt.Sprintf("%s in its first MiB, next to %s: the start of the disk was written after its table", holds(over), what), nil
+		return Foreign, nil, fmt.Sprintf("%s in its first MiB, next to %s: the start of the disk was written after its table", holds(over), what), nil
 	}
 	switch {
 	case perr == nil:
 		return byPartitionNames(primary)
 	case !errors.Is(perr, gpt.ErrNoGPT):
-		return diskForeign, nil, "it has a damaged GPT (" + perr.Error() + ")", nil
+		return Foreign, nil, "it has a damaged GPT (" + perr.Error() + ")", nil
 	}
 	if i := firstNonZero(d.head); i >= 0 {
-		return diskForeign, nil, fmt.Sprintf("it has no primary GPT, only the backup GPT at the end of the disk, and its first MiB is not blank (non-zero byte at %d): the start was written after the table", i), nil
+		return Foreign, nil, fmt.Sprintf("it has no primary GPT, only the backup GPT at the end of the disk, and its first MiB is not blank (non-zero byte at %d): the start was written after the table", i), nil
 	}
 	return byPartitionNames(backup)
 }
 
 // byPartitionNames calls a disk with a valid GPT ours when every partition
 // has an osb- name.
-func byPartitionNames(t *gpt.Table) (diskKind, *gpt.Table, string, error) {
+func byPartitionNames(t *gpt.Table) (Kind, *gpt.Table, string, error) {
 	var foreign []string
 	for _, p := range t.Partitions {
 		if !strings.HasPrefix(p.Name, "osb-") {
@@ -92,7 +92,7 @@ func byPartitionNames(t *gpt.Table) (diskKind, *gpt.Table, string, error) {
 		}
 	}
 	if len(foreign) > 0 {
-		return diskForeign, t, "its GPT has partitions not made by os-builder: " + strings.Join(foreign, " "), nil
+		return Foreign, t, "its GPT has partitions not made by os-builder: " + strings.Join(foreign, " "), nil
 	}
-	return diskOurs, t, "", nil
+	return Ours, t, "", nil
 }

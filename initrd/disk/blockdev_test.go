@@ -1,12 +1,10 @@
-package pid1
+package disk
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 func TestFSLabel(t *testing.T) {
@@ -85,10 +83,10 @@ func TestScanBlockDevices(t *testing.T) {
 	}
 	var matches []string
 	for _, d := range devs {
-		if d.matches(DeviceRef{RootPartLabel, "osb-esp"}) {
+		if d.matches(DeviceRef{ByPartLabel, "osb-esp"}) {
 			matches = append(matches, d.devPath())
 		}
-		if d.matches(DeviceRef{RootLabel, "osb-esp"}) {
+		if d.matches(DeviceRef{ByLabel, "osb-esp"}) {
 			t.Errorf("%s matched a label by its partition name", d.name)
 		}
 	}
@@ -102,7 +100,7 @@ func TestWaitForBlockDeviceTimesOut(t *testing.T) {
 		t.Skip("no /sys/class/block")
 	}
 	start := time.Now()
-	_, err := waitForBlockDevice(DeviceRef{RootPartLabel, "osb-test-never-exists"}, 300*time.Millisecond)
+	_, err := WaitForBlockDevice(DeviceRef{ByPartLabel, "osb-test-never-exists"}, 300*time.Millisecond)
 	if err == nil {
 		t.Fatal("found a device that does not exist")
 	}
@@ -110,76 +108,4 @@ func TestWaitForBlockDeviceTimesOut(t *testing.T) {
 		t.Errorf("took %v", time.Since(start))
 	}
 	t.Log(err)
-}
-
-func TestRootFSType(t *testing.T) {
-	dir := t.TempDir()
-	sq := make([]byte, 4096)
-	copy(sq, "hsqs")
-	ero := make([]byte, 4096)
-	copy(ero[1024:], []byte{0xe2, 0xe1, 0xf5, 0xe0})
-	for name, tc := range map[string]struct {
-		b    []byte
-		want string
-	}{"squashfs": {sq, "squashfs"}, "erofs": {ero, "erofs"}, "other": {make([]byte, 4096), ""}} {
-		// At the start of a file and at a part's offset in a root stack.
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, append(make([]byte, 8192), tc.b...), 0o644)
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		got, err := fsTypeAt(f, 8192)
-		if got != tc.want || (tc.want == "") != (err != nil) {
-			t.Errorf("%s: %q, %v", name, got, err)
-		}
-	}
-}
-
-func TestRemoveSameDevice(t *testing.T) {
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "a/b"), 0o755)
-	os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("x"), 0o644)
-	os.Symlink("/etc/passwd", filepath.Join(dir, "link"))
-	removeSameDevice(dir, deviceOf(t, dir))
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 0 {
-		t.Errorf("left %v", ents)
-	}
-	if _, err := os.Stat("/etc/passwd"); err != nil {
-		t.Errorf("followed a symlink: %v", err)
-	}
-	// A different device number leaves everything alone.
-	os.WriteFile(filepath.Join(dir, "keep"), nil, 0o644)
-	removeSameDevice(dir, deviceOf(t, dir)+1)
-	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
-		t.Errorf("removed a file of another device: %v", err)
-	}
-}
-
-func deviceOf(t *testing.T, p string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Dev
-}
-
-func TestExistsInRoot(t *testing.T) {
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "usr/sbin"), 0o755)
-	os.MkdirAll(filepath.Join(root, "lib/systemd"), 0o755)
-	os.WriteFile(filepath.Join(root, "lib/systemd/systemd"), nil, 0o755)
-	os.Symlink("usr/sbin", filepath.Join(root, "sbin"))
-	// Absolute: resolved inside root, not on the host.
-	os.Symlink("/lib/systemd/systemd", filepath.Join(root, "usr/sbin/init"))
-	os.Symlink("/etc/passwd", filepath.Join(root, "usr/sbin/host-only"))
-	if err := existsInRoot(root, "/sbin/init"); err != nil {
-		t.Errorf("/sbin/init: %v", err)
-	}
-	if err := existsInRoot(root, "/sbin/host-only"); err == nil {
-		t.Error("a symlink was resolved against the host's root")
-	}
 }
