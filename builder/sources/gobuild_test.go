@@ -15,6 +15,15 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
+// hello is a real program at a pinned version, which the tests that
+// build it fetch through the module proxy.
+var hello = recipe.GoBuild{
+	Module:  "golang.org/x/example/hello",
+	Version: "v0.0.0-20250915201037-7f05d217867b",
+	Package: ".",
+	Binary:  "/usr/bin/hello",
+}
+
 // TestGoBuildStep builds a real program from a pinned module version
 // through the module proxy and runs it; two builds give the same bytes
 // (-trimpath, no build ID), which is what lets the cache key on inputs.
@@ -22,12 +31,7 @@ func TestGoBuildStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fetches a module")
 	}
-	g := recipe.GoBuild{
-		Module:  "golang.org/x/example/hello",
-		Version: "v0.0.0-20250915201037-7f05d217867b",
-		Package: ".",
-		Binary:  "/usr/bin/hello",
-	}
+	g := hello
 	step := &GoBuild{g: g, arch: "amd64"}
 	var sums []string
 	for i := 0; i < 2; i++ {
@@ -110,12 +114,7 @@ func TestGoBuildEnvironmentIsPinned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fetches a module")
 	}
-	g := recipe.GoBuild{
-		Module:  "golang.org/x/example/hello",
-		Version: "v0.0.0-20250915201037-7f05d217867b",
-		Package: ".",
-		Binary:  "/usr/bin/hello",
-	}
+	g := hello
 	build := func(t *testing.T) (key, digest string) {
 		step := &GoBuild{g: g, arch: "amd64"}
 		in, err := step.Inputs()
@@ -183,12 +182,7 @@ func TestGoBuildProgress(t *testing.T) {
 		t.Skip("fetches a module")
 	}
 	t.Setenv("GOCACHE", t.TempDir()) // cold: every package compiles
-	step := NewGoBuild(recipe.GoBuild{
-		Module:  "golang.org/x/example/hello",
-		Version: "v0.0.0-20250915201037-7f05d217867b",
-		Package: ".",
-		Binary:  "/usr/bin/hello",
-	}, "amd64")
+	step := NewGoBuild(hello, "amd64")
 	var out testutil.SyncBuffer
 	r := progress.New(&out, false, progress.ModeJSON)
 	r.BeginStep("go:hello")
