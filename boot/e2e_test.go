@@ -194,17 +194,24 @@ func (r *rig) connect(ctx context.Context) *redfish.Client {
 	return c
 }
 
-func (r *rig) plan(method osimage.BootMethod, policy boot.Policy) *boot.Plan {
-	r.t.Helper()
-	img, err := remote.Image(r.img.Ref)
+// readIdentity reads the boot identity of the image ref names from its
+// registry.
+func readIdentity(tb testing.TB, ref name.Reference) *osimage.BootIdentity {
+	tb.Helper()
+	img, err := remote.Image(ref)
 	if err != nil {
-		r.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	id, err := osimage.ReadIdentity(img)
 	if err != nil {
-		r.t.Fatal(err)
+		tb.Fatal(err)
 	}
-	p, err := boot.Resolve(id, boot.Request{Image: r.img.Ref.String(), Method: method, Policy: policy, ArtifactBaseURL: r.artURL})
+	return id
+}
+
+func (r *rig) plan(method osimage.BootMethod, policy boot.Policy) *boot.Plan {
+	r.t.Helper()
+	p, err := boot.Resolve(readIdentity(r.t, r.img.Ref), boot.Request{Image: r.img.Ref.String(), Method: method, Policy: policy, ArtifactBaseURL: r.artURL})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -386,15 +393,7 @@ func TestMismatchRefusedBeforeBMCCall(t *testing.T) {
 	img := pushImage(t, reg, "os/ukionly", []osimage.ArtifactKind{osimage.KindUKI, osimage.KindDisk},
 		[]osimage.BootMethod{osimage.BootUEFIHTTP, osimage.BootDisk}, osimage.BootUEFIHTTP)
 	r := newRig(t, img, redfishemu.Options{})
-	rimg, err := remote.Image(img.Ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := osimage.ReadIdentity(rimg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = boot.Resolve(id, boot.Request{Image: img.Ref.String(), Method: osimage.BootPXE, ArtifactBaseURL: r.artURL})
+	_, err := boot.Resolve(readIdentity(t, img.Ref), boot.Request{Image: img.Ref.String(), Method: osimage.BootPXE, ArtifactBaseURL: r.artURL})
 	if !errors.Is(err, boot.ErrPlan) || !strings.Contains(err.Error(), "image offers no kernel+initrd for pxe: it has disk, uki") {
 		t.Fatalf("err = %v", err)
 	}
@@ -540,9 +539,7 @@ func TestAdvertiseDiffersFromListen(t *testing.T) {
 	addrc := make(chan net.Addr, 1)
 	go func() { _ = srv.ListenAndServe(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
 	addr := <-addrc
-	rimg, _ := remote.Image(img.Ref)
-	id, _ := osimage.ReadIdentity(rimg)
-	p, err := boot.Resolve(id, boot.Request{Image: img.Ref.String(), ArtifactBaseURL: srv.AdvertiseURL()})
+	p, err := boot.Resolve(readIdentity(t, img.Ref), boot.Request{Image: img.Ref.String(), ArtifactBaseURL: srv.AdvertiseURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,14 +569,7 @@ func BenchmarkConcurrentBoots500(b *testing.B) {
 	img := pushImage(b, reg, "os/bench", allKinds(), allMethods(), osimage.BootUEFIHTTP)
 	r := newRig(b, img, redfishemu.Options{})
 	r.plan(osimage.BootUEFIHTTP, boot.NetworkBootOnce) // publishes nothing; checks the image resolves
-	rimg, err := remote.Image(img.Ref)
-	if err != nil {
-		b.Fatal(err)
-	}
-	id, err := osimage.ReadIdentity(rimg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	id := readIdentity(b, img.Ref)
 	req := boot.Request{Image: img.Ref.String(), Method: boot.MethodAuto, ArtifactBaseURL: r.artURL}
 	d := &boot.Driver{Publisher: r.art}
 	urls := make([]string, n)
