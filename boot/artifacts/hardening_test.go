@@ -48,6 +48,19 @@ func (l *logBuffer) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
+// loggedServer is a server of src caching in cache, whose log lines go to
+// the buffer it returns.
+func loggedServer(t testing.TB, src Source, cache string) (*Server, *logBuffer) {
+	t.Helper()
+	srv, err := NewServer(src, cache, "http://x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	srv.Logf = logs.logf
+	return srv, logs
+}
+
 func publish(t testing.TB, srv *Server, d v1.Hash, size int, name string) error {
 	t.Helper()
 	return srv.Publish(t.Context(), []boot.PublishedArtifact{{Artifact: boot.Artifact{Digest: d.String(), Size: int64(size), Name: name}}}, nil)
@@ -188,12 +201,7 @@ func TestPlantedBlobNotServed(t *testing.T) {
 			if err := tc.plant(planted); err != nil {
 				t.Fatal(err)
 			}
-			srv, err := NewServer(FileSource{sum: src}, cache, "http://x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs logBuffer
-			srv.Logf = logs.logf
+			srv, logs := loggedServer(t, FileSource{sum: src}, cache)
 			done := make(chan error, 1)
 			go func() { done <- publish(t, srv, sum, len(blob), "uki.efi") }()
 			select {
@@ -227,12 +235,7 @@ func TestVerifiedOncePerProcess(t *testing.T) {
 	blob := []byte("vmlinuz bytes")
 	src, sum := writeFile(t, t.TempDir(), "vmlinuz", blob)
 	cache := privateDir(t)
-	srv, err := NewServer(FileSource{sum: src}, cache, "http://x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs logBuffer
-	srv.Logf = logs.logf
+	srv, logs := loggedServer(t, FileSource{sum: src}, cache)
 	if err := publish(t, srv, sum, len(blob), "vmlinuz"); err != nil {
 		t.Fatal(err)
 	}
@@ -309,12 +312,7 @@ func TestSharedFetchSurvivesDisconnect(t *testing.T) {
 			reg := newGatedRegistry(t)
 			repo, d := pushBlob(t, reg.Server, blob)
 			cache := privateDir(t)
-			srv, err := NewServer(RegistrySource{Repo: repo}, cache, "http://x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs logBuffer
-			srv.Logf = logs.logf
+			srv, logs := loggedServer(t, RegistrySource{Repo: repo}, cache)
 			ts := httptest.NewServer(srv)
 			defer ts.Close()
 			url := ts.URL + "/blobs/" + d.String() + "/disk.raw"
@@ -395,12 +393,7 @@ func TestFetchFailureLogged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src, sum := writeFile(t, t.TempDir(), "initrd.img", []byte("initrd bytes"))
 			cache := privateDir(t)
-			srv, err := NewServer(FileSource{sum: src}, cache, "http://x")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var logs logBuffer
-			srv.Logf = logs.logf
+			srv, logs := loggedServer(t, FileSource{sum: src}, cache)
 			if err := publish(t, srv, sum, len("initrd bytes"), "initrd.img"); err != nil {
 				t.Fatal(err)
 			}
