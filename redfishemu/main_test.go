@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestMainPersonality: --personality selects a preset; an unknown one is a
@@ -18,12 +19,7 @@ func TestMainPersonality(t *testing.T) {
 	if code := Main(t.Context(), []string{"--personality", "hpe-nope"}, &stderr); code != 2 || !strings.Contains(stderr.String(), "dmtf-rackmount") {
 		t.Errorf("unknown personality: exit %d, %q", code, stderr.String())
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int)
 	go func() {
@@ -31,6 +27,7 @@ func TestMainPersonality(t *testing.T) {
 	}()
 	defer func() { cancel(); <-done }()
 	var resp *http.Response
+	var err error
 	for range 100 {
 		req, _ := http.NewRequest("GET", "http://"+addr+sysCD, nil)
 		req.SetBasicAuth("admin", "password")

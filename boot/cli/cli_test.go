@@ -57,21 +57,11 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func TestExitCodes(t *testing.T) {
 	ref := pushUKIImage(t)
 	t.Setenv(redfish.EnvUsername, "admin")
 	t.Setenv(redfish.EnvPassword, "password")
-	listen := freeAddr(t)
+	listen := testutil.FreeAddr(t)
 	// The emulated firmware fetches what the system boots, as a machine would.
 	emu := redfishemu.New(redfishemu.Options{OnBoot: func(ev redfishemu.BootEvent) {
 		if ev.HTTPBootURI != "" {
@@ -89,7 +79,7 @@ func TestExitCodes(t *testing.T) {
 	// those and --cache-dir, status the BMC ones.
 	planFlags := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen}
 	common := append(planFlags[:len(planFlags):len(planFlags)], "--cache-dir", filepath.Join(t.TempDir(), "cache"))
-	unreachable := freeAddr(t) // nothing listens: a registry that is down
+	unreachable := testutil.FreeAddr(t) // nothing listens: a registry that is down
 	state := t.TempDir() + "/state.json"
 	badState := t.TempDir() + "/bad.json"
 	if err := os.WriteFile(badState, []byte(`{"planDigest": "sha256:`+strings.Repeat("0", 64)+`", "done": -1}`), 0o600); err != nil {

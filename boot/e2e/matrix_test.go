@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -163,16 +162,6 @@ func matrixImage(t *testing.T) (string, *osimage.BootIdentity) {
 	return ref, id
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // firmware is the emulated system's firmware at the protocol tier: on each
 // boot it fetches what the target boots, as a machine would, and records
 // the answers.
@@ -234,7 +223,7 @@ func TestVendorMatrix(t *testing.T) {
 }
 
 func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p redfishemu.Personality, method string, policy boot.Policy, want outcome) {
-	listen := freeAddr(t)
+	listen := testutil.FreeAddr(t)
 	fw := &firmware{}
 	var o redfishemu.Options
 	p.Apply(&o)
@@ -408,7 +397,7 @@ func TestQEMUVendorMatrix(t *testing.T) {
 			var o redfishemu.Options
 			p.Apply(&o)
 			b := newBMC(t, o, c.seedDisk)
-			port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+			port := strings.TrimPrefix(testutil.FreeAddr(t), "127.0.0.1:")
 			advertise := "http://" + qemutier.SlirpHost + ":" + port
 			cacheDir := filepath.Join(t.TempDir(), "cache")
 			b.machine.SetPXEBootFile(serverbootScriptURL(t, e.identity, e.ref.String(), advertise, cacheDir, b.url))

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // vendorBMC is a small Redfish service that behaves as shipped BMCs do where
@@ -414,12 +414,7 @@ func TestResetRetriedWhenUnsent(t *testing.T) {
 	v, url := newVendorBMC(t, &vendorBMC{})
 	c := vendorConnect(t, url, Config{})
 	// Point the reset at a closed port: dialing fails, nothing is written.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + l.Addr().String()
-	l.Close()
+	dead := "http://" + testutil.FreeAddr(t)
 	var dials int
 	c.hc.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if r.Method == http.MethodPost {
@@ -430,7 +425,7 @@ func TestResetRetriedWhenUnsent(t *testing.T) {
 		}
 		return http.DefaultTransport.RoundTrip(r)
 	})
-	err = c.Reset(t.Context(), "ForceRestart")
+	err := c.Reset(t.Context(), "ForceRestart")
 	if err == nil || errors.Is(err, ErrMaybeActed) || dials != 3 || len(v.resets) != 0 {
 		t.Errorf("err = %v, dials %d, resets %v: want 3 attempts, none reaching the BMC", err, dials, v.resets)
 	}

@@ -2,11 +2,12 @@ package cli
 
 import (
 	"bytes"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
 // TestBuildRefusesForeignOutput: `builder build --output DIR` swapped DIR
@@ -17,12 +18,7 @@ func TestBuildRefusesForeignOutput(t *testing.T) {
 	// The layer's image source is a closed port: a build that was not
 	// refused fails at its preflight within a second (exit 4), instead of
 	// building for minutes and then deleting the files.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.FreeAddr(t)
 	tree := t.TempDir()
 	files := map[string]string{
 		"recipe.yaml": "name: r\nversion: \"1\"\nbase: {distribution: debian}\nunitsDir: .\nlayers: [layer.yaml]\n",

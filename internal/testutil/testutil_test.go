@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -240,5 +241,17 @@ func TestLinuxImage(t *testing.T) {
 	}
 	if cf.OS != "linux" || cf.Architecture != "amd64" || cf.Config.Labels["osb.test"] != "x" {
 		t.Errorf("config %s/%s labels %v, want linux/amd64 and the labels kept", cf.OS, cf.Architecture, cf.Config.Labels)
+	}
+}
+
+// TestFreeAddr: the address is on loopback, and nothing answers there.
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	if host, _, err := net.SplitHostPort(addr); err != nil || host != "127.0.0.1" {
+		t.Fatalf("FreeAddr = %q (%v)", addr, err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Errorf("something listens on %s", addr)
 	}
 }
