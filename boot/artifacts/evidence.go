@@ -17,19 +17,23 @@ import (
 )
 
 // Boot tokens bind boot evidence to one boot: a plan resolved with
-// ArtifactBaseURL = BootURL(id) has every URL under /boot/<token>/, and
+// ArtifactBaseURL = BootURL(id) has every URL under /b/<token>/, and
 // FetchEvidence counts only a GET of that exact URL, which only a client
 // that got it from this boot's plan (override, iPXE script, media) knows.
 // The token is an HMAC of the boot's id under a key kept in the private
 // cache directory: nobody else can make one, and a restarted server makes
 // the same one (a resumed plan keeps its digest and its URLs).
+//
+// Short: UEFI HTTP boot URLs reach firmware through DHCP's 128-byte boot
+// file field (QEMU's slirp asserts on longer ones), and a blob URL is 88
+// bytes before its host. 64 bits are more than an online guess reaches.
 const (
-	bootPrefix   = "boot"
-	bootTokenLen = 32 // hex digits: 128 bits
+	bootPrefix   = "b"
+	bootTokenLen = 16 // hex digits: 64 bits
 )
 
 // BootURL is the base URL for the plan of one boot: the advertised URL
-// plus /boot/<token>, the token made from bootID (e.g. the BMC's URL and
+// plus /b/<token>, the token made from bootID (e.g. the BMC's URL and
 // the image reference).
 func (s *Server) BootURL(bootID string) string {
 	return s.advertise + "/" + bootPrefix + "/" + bootToken(s.bootKey, bootID)

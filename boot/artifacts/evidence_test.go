@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestBootEvidenceBound(t *testing.T) {
 			return other.Path + "/blobs/" + p.Steps[0].Artifacts[0].Digest + "/uki.efi"
 		}, machine, false, false},
 		{"a made-up token", nil, func(_ *Server, p *boot.Plan) string {
-			return "/boot/" + strings.Repeat("0", 32) + "/blobs/" + p.Steps[0].Artifacts[0].Digest + "/uki.efi"
+			return "/b/" + strings.Repeat("0", bootTokenLen) + "/blobs/" + p.Steps[0].Artifacts[0].Digest + "/uki.efi"
 		}, machine, false, false},
 		{"from the machine's address", []netip.Addr{netip.MustParseAddr("192.0.2.10")}, func(_ *Server, p *boot.Plan) string { return pathOf(p) }, machine, true, false},
 		{"from another address", []netip.Addr{netip.MustParseAddr("192.0.2.10")}, func(_ *Server, p *boot.Plan) string { return pathOf(p) }, "192.0.2.66:40000", false, false},
@@ -144,7 +145,25 @@ func TestBootURLStable(t *testing.T) {
 	if a.BootURL("bmc-a") == c.BootURL("bmc-a") {
 		t.Errorf("two keys give one token")
 	}
-	if !strings.HasPrefix(a.BootURL("bmc-a"), "http://x/boot/") {
+	if !strings.HasPrefix(a.BootURL("bmc-a"), "http://x/b/") {
 		t.Errorf("BootURL = %s", a.BootURL("bmc-a"))
+	}
+}
+
+// TestBootURLFitsBootFile: a boot's UKI URL on the address QEMU's slirp
+// gives its host fits DHCP's 128-byte boot file field (slirp asserts on a
+// longer one; BOOTP firmware truncates it).
+func TestBootURLFitsBootFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	base, err := BootURL("http://10.0.2.2:65535", dir, "https://bmc.example/redfish/v1 registry.example/os-images/test:e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := base + "/blobs/sha256:" + strings.Repeat("a", 64) + "/uki.efi"
+	if len(u) >= 128 {
+		t.Errorf("%s: %d bytes, want under 128", u, len(u))
 	}
 }

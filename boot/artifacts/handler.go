@@ -28,7 +28,7 @@ func ContentType(name string) string {
 }
 
 // ServeHTTP serves GET/HEAD /blobs/<digest>/<name> and /ipxe/<name>, also
-// under /boot/<token>/ (see BootURL).
+// under /b/<token>/ (see BootURL).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
