@@ -2,7 +2,6 @@ package disk
 
 import (
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -20,20 +19,6 @@ import (
 // osb.install.wipe=1.
 func TestClassifyOverwrittenOSBuilderDisk(t *testing.T) {
 	const size = 64 << 20
-	luks := func(typ string) func(t *testing.T, p string) {
-		return func(t *testing.T, p string) {
-			// A cheap key derivation: the test is about the header.
-			args := []string{"luksFormat", "--batch-mode", "--type", typ, "--pbkdf-force-iterations", "1000", "--key-file", "-"}
-			if typ == "luks2" {
-				args = append(args, "--pbkdf", "pbkdf2")
-			}
-			cmd := exec.Command(testutil.RequireTool(t, "cryptsetup"), append(args, p)...)
-			cmd.Stdin = strings.NewReader("not a secret")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("cryptsetup: %v\n%s", err, out)
-			}
-		}
-	}
 	run := func(tool string, args ...string) func(t *testing.T, p string) {
 		return func(t *testing.T, p string) { testutil.Run(t, testutil.RequireTool(t, tool), append(args, p)...) }
 	}
@@ -84,11 +69,11 @@ func TestClassifyOverwrittenOSBuilderDisk(t *testing.T) {
 		{"mkswap -f (erases the boot sectors)", run("mkswap", "-f"), "swap", Foreign, "swap area (at byte 4086)"},
 		// libblkid finds the GPT and cryptsetup wipes both copies: foreign
 		// before the fix too.
-		{"cryptsetup luksFormat --type luks2", luks("luks2"), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
+		{"cryptsetup luksFormat --type luks2", luksFormat("luks2"), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
 		// Without the protective MBR libblkid sees no GPT, and the backup
 		// stays.
-		{"MBR cleared, then cryptsetup luksFormat --type luks2", then(clearMBR, luks("luks2")), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
-		{"MBR cleared, then cryptsetup luksFormat --type luks1", then(clearMBR, luks("luks1")), "crypto_LUKS", Foreign, "LUKS1 encrypted volume (at byte 0)"},
+		{"MBR cleared, then cryptsetup luksFormat --type luks2", then(clearMBR, luksFormat("luks2")), "crypto_LUKS", Foreign, "LUKS2 encrypted volume (at byte 0)"},
+		{"MBR cleared, then cryptsetup luksFormat --type luks1", then(clearMBR, luksFormat("luks1")), "crypto_LUKS", Foreign, "LUKS1 encrypted volume (at byte 0)"},
 		{"MBR cleared (control: the primary GPT is intact)", clearMBR, "", Ours, ""},
 		{"synthetic LUKS2 header at byte 0", write(0, header(16<<10, map[int][]byte{0: []byte("LUKS\xba\xbe\x00\x02")})), "", Foreign, "LUKS2 encrypted volume (at byte 0)"},
 		{"synthetic XFS superblock in sector 0 only (primary GPT intact)", write(0, header(512, map[int][]byte{0: []byte("XFSB")})), "", Foreign, "XFS file system (at byte 0)"},

@@ -133,20 +133,6 @@ func TestClassifyWholeDiskSignatures(t *testing.T) {
 // plain files and checks both that blkid (the reference prober) sees what
 // was made and that the installer refuses it, naming it.
 func TestClassifyRealVolumes(t *testing.T) {
-	luks := func(typ string) func(t *testing.T, p string) {
-		return func(t *testing.T, p string) {
-			// A cheap key derivation: the test is about the header.
-			args := []string{"luksFormat", "--batch-mode", "--type", typ, "--pbkdf-force-iterations", "1000", "--key-file", "-"}
-			if typ == "luks2" {
-				args = append(args, "--pbkdf", "pbkdf2")
-			}
-			cmd := exec.Command(testutil.RequireTool(t, "cryptsetup"), append(args, p)...)
-			cmd.Stdin = strings.NewReader("not a secret")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("cryptsetup: %v\n%s", err, out)
-			}
-		}
-	}
 	for _, tc := range []struct {
 		name     string
 		make     func(t *testing.T, path string)
@@ -154,9 +140,9 @@ func TestClassifyRealVolumes(t *testing.T) {
 		want     string
 		wipeHead int64 // zero this many bytes at the start afterwards
 	}{
-		{"cryptsetup luksFormat --type luks1", luks("luks1"), "crypto_LUKS", "LUKS1 encrypted volume", 0},
-		{"cryptsetup luksFormat --type luks2", luks("luks2"), "crypto_LUKS", "LUKS2 encrypted volume (at byte 0)", 0},
-		{"LUKS2 with its primary header zeroed", luks("luks2"), "", "LUKS2 encrypted volume (secondary header) (at byte 16384)", 16 << 10},
+		{"cryptsetup luksFormat --type luks1", luksFormat("luks1"), "crypto_LUKS", "LUKS1 encrypted volume", 0},
+		{"cryptsetup luksFormat --type luks2", luksFormat("luks2"), "crypto_LUKS", "LUKS2 encrypted volume (at byte 0)", 0},
+		{"LUKS2 with its primary header zeroed", luksFormat("luks2"), "", "LUKS2 encrypted volume (secondary header) (at byte 16384)", 16 << 10},
 		{"make-bcache -B", func(t *testing.T, p string) { testutil.Run(t, testutil.RequireTool(t, "make-bcache"), "-B", p) }, "bcache", "bcache device", 0},
 		{"pvcreate on a loop device", pvcreate, "LVM2_member", "LVM2 physical volume (at byte 512)", 0},
 		{"mkswap", func(t *testing.T, p string) { testutil.Run(t, testutil.RequireTool(t, "mkswap"), p) }, "swap", "swap area", 0},
@@ -351,4 +337,21 @@ func FuzzClassifyDisk(f *testing.F) {
 			}
 		}
 	})
+}
+
+// luksFormat makes a LUKS volume of type typ (luks1, luks2) with Debian's
+// cryptsetup on the file it is given.
+func luksFormat(typ string) func(t *testing.T, p string) {
+	return func(t *testing.T, p string) {
+		// A cheap key derivation: the test is about the header.
+		args := []string{"luksFormat", "--batch-mode", "--type", typ, "--pbkdf-force-iterations", "1000", "--key-file", "-"}
+		if typ == "luks2" {
+			args = append(args, "--pbkdf", "pbkdf2")
+		}
+		cmd := exec.Command(testutil.RequireTool(t, "cryptsetup"), append(args, p)...)
+		cmd.Stdin = strings.NewReader("not a secret")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("cryptsetup: %v\n%s", err, out)
+		}
+	}
 }
