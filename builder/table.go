@@ -159,11 +159,13 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 		step: func() (step.Step, error) {
 			return bytesMetered{Step: rootfs.NewAssemble(b.r, v.below.Get(), b.epoch, b.work)}, nil
 		},
-		done: func(s step.Step, dir string) error {
-			key, err := stepKey(s)
-			v.stack.Set(v.below.Get().On(rootfs.TopLayer(dir), key))
+		done: func(_ step.Step, dir string) error {
+			// No key for the top: nothing is keyed on the whole stack
+			// (writers key on its images), and assemble's inputs hash
+			// every file and unit of the recipe, which the runner did.
+			v.stack.Set(v.below.Get().On(rootfs.TopLayer(dir), ""))
 			v.assembled.Set(step.Assembled{Dir: dir})
-			return err
+			return nil
 		},
 	}, node{
 		// The kernel and modules from the same layers as assemble: a

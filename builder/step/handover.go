@@ -36,7 +36,8 @@ type Layer struct {
 func (l Layer) Image() string { return filepath.Join(l.Dir, LayerImage) }
 
 // Stack is the root's layers so far, bottom first, and the input key of
-// the top one, which chains the keys of the ones under it.
+// the top one, which chains the keys of the ones under it ("" for a stack
+// no step builds on: the whole root).
 type Stack struct {
 	Layers []Layer
 	Key    string
