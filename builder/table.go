@@ -2,6 +2,7 @@ package builder
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/progress"
@@ -31,7 +32,7 @@ type node struct {
 func (n node) deps() []string {
 	var deps []string
 	for _, h := range n.needs {
-		if d := h.From(); !contains(deps, d) {
+		if d := h.From(); !slices.Contains(deps, d) {
 			deps = append(deps, d)
 		}
 	}
@@ -201,13 +202,4 @@ func stepKey(s step.Step) (string, error) {
 		return "", err
 	}
 	return in.Key(), nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
