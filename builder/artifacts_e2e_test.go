@@ -57,6 +57,7 @@ func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 // ESP: the firmware loads it, systemd-stub hands the embedded initrd and
 // command line to the kernel, and the OS runs from memory.
 func TestBootUKIFromESP(t *testing.T) {
+	t.Parallel()
 	out := testOutput(t)
 	dir := t.TempDir()
 	placeholder := filepath.Join(dir, "empty-root")
@@ -94,6 +95,7 @@ func copyDisk(t *testing.T, grow int64) string {
 // the image ships. A second boot of the same file sees the first one's
 // data.
 func TestBootDisk(t *testing.T) {
+	t.Parallel()
 	disk := copyDisk(t, 0)
 	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root",
 		"persist: data partition /dev/vda3 mounted", "osb-probe: boots=1")
@@ -110,6 +112,7 @@ func TestBootDisk(t *testing.T) {
 // or a resized VM disk has it: the init moves the backup GPT to the end,
 // grows osb-data to the end of the disk and its file system with it.
 func TestBootDiskGrows(t *testing.T) {
+	t.Parallel()
 	const grow = 1 << 30
 	disk := copyDisk(t, grow)
 	grown := fmt.Sprintf("256 -> %d MiB", 256+grow>>20)
@@ -175,6 +178,7 @@ func noDataDisk(t *testing.T) string {
 // with the persisted paths on tmpfs and says so loudly, on the console
 // and, at warning priority, in the journal (kernel log).
 func TestBootDiskWithoutDataPartition(t *testing.T) {
+	t.Parallel()
 	vm := bootAndExpect(t, qemu.Config{Disks: []string{noDataDisk(t)}},
 		"osb-init: WARNING: persist: ",
 		"/var/lib/osb-persist-test are on tmpfs this boot",
@@ -194,6 +198,7 @@ func TestBootDiskWithoutDataPartition(t *testing.T) {
 // UKI's command line is fixed, so the kernel and slim initrd are booted
 // directly with the disk's command line plus the flag.
 func TestBootDiskPersistRequired(t *testing.T) {
+	t.Parallel()
 	out := testOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	cmdline, err := os.ReadFile(filepath.Join(out, artifacts.FileCmdline))
@@ -227,6 +232,7 @@ func TestBootDiskPersistRequired(t *testing.T) {
 // TestBootISO boots image.iso as a CD, the way Redfish Virtual Media
 // presents it.
 func TestBootISO(t *testing.T) {
+	t.Parallel()
 	out := testOutput(t)
 	bootAndExpect(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
 }
@@ -234,6 +240,7 @@ func TestBootISO(t *testing.T) {
 // TestBootUKIOverHTTP boots uki.efi through OVMF's native UEFI HTTP boot,
 // from a local HTTP server the guest reaches through slirp at 10.0.2.2.
 func TestBootUKIOverHTTP(t *testing.T) {
+	t.Parallel()
 	out := testOutput(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

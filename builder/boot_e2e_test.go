@@ -21,6 +21,7 @@ func testOutput(t *testing.T) string { return testutil.Output(t, testutil.TestOu
 // over to systemd, which must reach multi-user with the layer's file, unit
 // and user in place.
 func TestBootLiveKernelInitrd(t *testing.T) {
+	t.Parallel()
 	out := testOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))

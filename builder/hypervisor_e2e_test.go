@@ -71,6 +71,7 @@ func e2eNode(apiServer string) ignition.Node {
 // says it waits for configuration; the boot reached multi-user.target
 // (nothing waits in "activating"); no unit failed.
 func TestHypervisorBoot(t *testing.T) {
+	t.Parallel()
 	out := hypervisorOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))

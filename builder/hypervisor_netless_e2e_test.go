@@ -61,6 +61,7 @@ func waitAll(t *testing.T, ctx context.Context, vm *qemu.VM, lines ...string) {
 // hanging in "Starting" behind network-online.target or its services'
 // waits.
 func TestHypervisorBootNoNIC(t *testing.T) {
+	t.Parallel()
 	out := hypervisorOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -88,6 +89,7 @@ func TestHypervisorBootNoNIC(t *testing.T) {
 // (its /healthz answers through a host port forward), machinepoollet then
 // waits for its API server, and no unit failed.
 func TestHypervisorBootLinkDown(t *testing.T) {
+	t.Parallel()
 	out := hypervisorOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	url := serveNode(t)

@@ -80,6 +80,7 @@ func stackParts(t *testing.T, p string) []rootstack.Part {
 // rebuilt disk.raw and the rebuilt kernel + initrd boot with the changed
 // unit running.
 func TestOneUnitRebuildBoots(t *testing.T) {
+	t.Parallel()
 	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
 	if testing.Short() {
 		t.Skip("builds the test recipe and boots it twice")

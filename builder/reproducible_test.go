@@ -13,6 +13,7 @@ import (
 // TestReproducibleFromScratch builds the test recipe twice with no cache at
 // all, into separate directories: every artifact must have the same sha256.
 func TestReproducibleFromScratch(t *testing.T) {
+	t.Parallel()
 	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs")
 	if testing.Short() {
 		t.Skip("builds an image twice from scratch")

@@ -92,6 +92,7 @@ func TestSignedManifests(t *testing.T) {
 // TestSecureBootDisk boots the signed disk.raw from its ESP under
 // enforcing firmware.
 func TestSecureBootDisk(t *testing.T) {
+	t.Parallel()
 	out, vars := signedOutput(t)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(out, artifacts.FileDisk), disk); err != nil {
@@ -103,6 +104,7 @@ func TestSecureBootDisk(t *testing.T) {
 // TestSecureBootISO boots the signed image.iso as a CD under enforcing
 // firmware.
 func TestSecureBootISO(t *testing.T) {
+	t.Parallel()
 	out, vars := signedOutput(t)
 	bootSecure(t, vars, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
 }
@@ -114,6 +116,7 @@ func TestSecureBootISO(t *testing.T) {
 // "ready" (our init is not systemd: no initrd phases), as predicted from
 // the file.
 func TestSecureBootHTTPMeasured(t *testing.T) {
+	t.Parallel()
 	out, vars := signedOutput(t)
 	testutil.RequireTool(t, qemu.SWTPMBinary)
 	ukiPath := filepath.Join(out, artifacts.FileUKI)
@@ -178,6 +181,7 @@ func TestSecureBootHTTPMeasured(t *testing.T) {
 // (out/test) is refused by the firmware that boots the signed one
 // (TestSecureBootDisk is the control); the boot ends at the refusal.
 func TestSecureBootRefusesUnsignedImage(t *testing.T) {
+	t.Parallel()
 	_, vars := signedOutput(t)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), artifacts.FileDisk), disk); err != nil {

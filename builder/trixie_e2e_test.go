@@ -18,6 +18,7 @@ import (
 // of bookworm (a newer systemd, kernel and merged /usr) and boots its live
 // kernel + initrd to multi-user.
 func TestTrixieBuildsAndBoots(t *testing.T) {
+	t.Parallel()
 	buildertest.RequireTools(t, "mmdebstrap", "mksquashfs", "qemu-system-x86_64")
 	if testing.Short() {
 		t.Skip("builds an image")
