@@ -124,7 +124,7 @@ func (o *options) imageFlags(f *pflag.FlagSet) {
 func (o *options) bmcFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.bmc, "bmc", "", "BMC Redfish endpoint (https://bmc.example)")
 	f.StringVar(&o.credentialsFile, "credentials-file", "", "BMC credentials JSON {\"username\",\"password\"} (default: $"+redfish.EnvUsername+", $"+redfish.EnvPassword+")")
-	f.StringVar(&o.auth, "auth", string(redfish.AuthAuto), "BMC auth: auto (a Redfish session, else basic auth where the BMC has no session service or refuses sessions), session or basic")
+	f.StringVar(&o.auth, "auth", string(redfish.AuthAuto), "BMC auth: auto (a Redfish session, else basic auth where the BMC has no session service, refuses sessions or gives no X-Auth-Token; said once on stderr), session or basic")
 	f.BoolVar(&o.basicAuth, "basic-auth", false, "same as --auth basic")
 	f.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
 }
@@ -288,7 +288,7 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 	if o.basicAuth {
 		auth = redfish.AuthBasic
 	}
-	c, err := redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth})
+	c, err := redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth, Logf: o.logf})
 	return c, bmcError(err)
 }
 

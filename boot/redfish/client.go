@@ -94,6 +94,9 @@ type Config struct {
 	// TaskTimeout bounds following one task monitor when the call's
 	// context has no earlier deadline; default 10 minutes.
 	TaskTimeout time.Duration
+	// Logf, if set, is told once when AuthAuto settles on basic auth
+	// because the BMC would not give a session.
+	Logf func(format string, args ...any)
 }
 
 // Client is a connected BMC.
@@ -125,6 +128,7 @@ type Client struct {
 	mu           sync.Mutex // guards modeRequired
 	modeRequired bool       // the BMC refused an override without BootSourceOverrideMode
 	caps         boot.Capabilities
+	logf         func(format string, args ...any)
 }
 
 var _ boot.BMC = (*Client)(nil)
@@ -161,7 +165,10 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		hc = &http.Client{Transport: t, Timeout: 60 * time.Second}
 	}
 	c.hc = &http.Client{Transport: boundedBody{hc.Transport}, Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: c.checkRedirect(hc.CheckRedirect)}
-	c.creds = cfg.Credentials
+	c.creds, c.logf = cfg.Credentials, cfg.Logf
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
 	auth := cfg.Auth
 	if cfg.BasicAuth {
 		auth = AuthBasic

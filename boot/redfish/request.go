@@ -196,7 +196,9 @@ func retryable(err error) bool {
 	switch s := statusOf(err); {
 	case s == 0:
 		// Off the origin stays off: asking again changes nothing.
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrOffOrigin)
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrOffOrigin) && !errors.Is(err, errNoToken)
+	case s == http.StatusNotImplemented:
+		return false // what the BMC does not implement stays so
 	case s >= 500, s == http.StatusConflict, s == http.StatusPreconditionFailed, s == http.StatusPreconditionRequired, s == http.StatusTooManyRequests:
 		return true
 	}

@@ -2,6 +2,7 @@ package redfish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -21,9 +22,10 @@ type Auth string
 
 const (
 	// AuthAuto opens a session where the service offers one and falls
-	// back to basic auth where it has no session service or refuses to
-	// create a session (404, 405, 501, 400, 401, 403), as Ironic's
-	// client does.
+	// back to basic auth where it has no session service, refuses to
+	// create a session (404, 405, 501, 400, 401, 403) or answers the
+	// session POST without a usable X-Auth-Token, as Ironic's client
+	// (sushy's SessionOrBasicAuth) does.
 	AuthAuto Auth = "auto"
 	// AuthSession requires a session (X-Auth-Token).
 	AuthSession Auth = "session"
@@ -65,7 +67,13 @@ func (c *Client) login(ctx context.Context, auth Auth) error {
 			case err == nil:
 				c.auth = AuthSession
 				return nil
-			case auth == AuthSession || !slices.Contains([]int{400, 401, 403, 404, 405, 501}, s):
+			case auth == AuthSession:
+				return fmt.Errorf("creating session: %w", err)
+			case errors.Is(err, errNoToken):
+				c.logf("redfish: the BMC answered the session request without a usable X-Auth-Token; using HTTP basic auth")
+			case slices.Contains([]int{400, 401, 403, 404, 405, 501}, s):
+				c.logf("redfish: the BMC refused a session (HTTP %d); using HTTP basic auth", s)
+			default:
 				return fmt.Errorf("creating session: %w", err)
 			}
 		}
@@ -99,8 +107,9 @@ func (c *Client) createSession(ctx context.Context) error {
 	var s sessionDoc
 	_ = decodeBody(resp.Body, &s)
 	token := resp.Header.Get("X-Auth-Token")
-	if token == "" {
-		return fmt.Errorf("session created without X-Auth-Token")
+	if !usableToken(token) {
+		// Not transient: the same BMC answers the same way again.
+		return fmt.Errorf("%w (HTTP %d)", errNoToken, resp.StatusCode)
 	}
 	loc := resp.Header.Get("Location")
 	if u, err := url.Parse(loc); err == nil && u.IsAbs() {
@@ -113,6 +122,29 @@ func (c *Client) createSession(ctx context.Context) error {
 	c.token, c.sessionPath = token, loc
 	c.authMu.Unlock()
 	return nil
+}
+
+// errNoToken is a session POST answered 2xx without a usable token (IronCore
+// metal-operator's mock BMC answers 201 {"status":"created"} and no
+// header). It is not retried: AuthAuto falls back to basic auth at once.
+var errNoToken = errors.New("session created without a usable X-Auth-Token")
+
+// maxToken bounds a session token: real ones are 16-64 characters, JWTs a
+// few hundred; the token goes into every request header.
+const maxToken = 8 << 10
+
+// usableToken says whether a session token can be sent back as a header
+// value: non-empty, bounded, visible ASCII only.
+func usableToken(tok string) bool {
+	if tok == "" || len(tok) > maxToken {
+		return false
+	}
+	for i := range len(tok) {
+		if tok[i] < 0x21 || tok[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // relogin opens a new session after a 401 on a request sent with token

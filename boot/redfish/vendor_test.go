@@ -37,6 +37,8 @@ type vendorBMC struct {
 
 	noSessions      bool // no SessionService, no Links.Sessions
 	refuseSessions  int  // status for POST to Sessions (0: create)
+	sessionNoToken  bool // POST to Sessions: 201 {"status":"created"}, no X-Auth-Token (metal-operator's mock)
+	sessionPosts    int
 	expireAfter     int  // a session token dies after this many uses (0: never)
 	rejectTokens    bool // every token is refused (a BMC that lost its session store)
 	mediaUnder      string
@@ -94,6 +96,11 @@ func (v *vendorBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodPost && p == "/redfish/v1/SessionService/Sessions" && !v.noSessions {
+		v.sessionPosts++
+		if v.sessionNoToken {
+			reply(201, map[string]string{"status": "created"})
+			return
+		}
 		if v.refuseSessions != 0 {
 			fail(v.refuseSessions, "session creation refused")
 			return
@@ -244,20 +251,30 @@ func TestAuthAuto(t *testing.T) {
 		auth     Auth
 		wantAuth Auth
 		wantErr  string
+		wantLog  string // the one line said on falling back ("" none)
 	}{
-		{"sessions", &vendorBMC{}, "", AuthSession, ""},
-		{"no session service", &vendorBMC{noSessions: true}, "", AuthBasic, ""},
-		{"session creation 405", &vendorBMC{refuseSessions: 405}, AuthAuto, AuthBasic, ""},
-		{"session creation 501", &vendorBMC{refuseSessions: 501}, AuthAuto, AuthBasic, ""},
-		{"basic asked", &vendorBMC{}, AuthBasic, AuthBasic, ""},
-		{"session required, none offered", &vendorBMC{noSessions: true}, AuthSession, "", "no SessionService"},
-		{"session required, refused", &vendorBMC{refuseSessions: 405}, AuthSession, "", "405"},
+		{"sessions", &vendorBMC{}, "", AuthSession, "", ""},
+		{"no session service", &vendorBMC{noSessions: true}, "", AuthBasic, "", ""},
+		{"session creation 405", &vendorBMC{refuseSessions: 405}, AuthAuto, AuthBasic, "", "refused a session (HTTP 405); using HTTP basic auth"},
+		{"session creation 501", &vendorBMC{refuseSessions: 501}, AuthAuto, AuthBasic, "", "refused a session (HTTP 501)"},
+		// metal-operator v0.7.0's mock BMC: 201 and no token. Not
+		// transient: one POST, then basic auth (it was 8 POSTs and a
+		// failed connect).
+		{"session without token", &vendorBMC{sessionNoToken: true}, AuthAuto, AuthBasic, "", "without a usable X-Auth-Token; using HTTP basic auth"},
+		{"basic asked", &vendorBMC{}, AuthBasic, AuthBasic, "", ""},
+		{"session required, none offered", &vendorBMC{noSessions: true}, AuthSession, "", "no SessionService", ""},
+		{"session required, refused", &vendorBMC{refuseSessions: 405}, AuthSession, "", "405", ""},
+		{"session required, no token", &vendorBMC{sessionNoToken: true}, AuthSession, "", "without a usable X-Auth-Token (HTTP 201)", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, url := newVendorBMC(t, tc.bmc)
+			v, url := newVendorBMC(t, tc.bmc)
+			var logged []string
 			c, err := Connect(t.Context(), Config{Endpoint: url, Auth: tc.auth, Credentials: Credentials{Username: "admin", Password: "password"},
-				Retry: Retry{Attempts: 2, Base: time.Millisecond}})
+				Retry: Retry{Attempts: 3, Base: time.Millisecond}, Logf: func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }})
+			if v.sessionPosts > 1 {
+				t.Errorf("%d session POSTs: a refused or tokenless session is not retried", v.sessionPosts)
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want it to name %q", err, tc.wantErr)
@@ -270,6 +287,9 @@ func TestAuthAuto(t *testing.T) {
 			defer c.Close()
 			if c.auth != tc.wantAuth {
 				t.Errorf("auth %s, want %s", c.auth, tc.wantAuth)
+			}
+			if tc.wantLog == "" && len(logged) > 0 || tc.wantLog != "" && (len(logged) != 1 || !strings.Contains(logged[0], tc.wantLog)) {
+				t.Errorf("logged %q, want exactly one line naming %q", logged, tc.wantLog)
 			}
 			if _, err := c.PowerState(t.Context()); err != nil {
 				t.Error(err)

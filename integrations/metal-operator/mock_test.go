@@ -47,6 +47,13 @@ type mockBMC struct {
 
 func startMock(t testing.TB) *mockBMC {
 	t.Helper()
+	return startMockWith(t, server.WithAuth())
+}
+
+// startMockWith starts the mock with opts; without WithAuth it accepts
+// every request, as it does by default.
+func startMockWith(t testing.TB, opts ...server.Option) *mockBMC {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func startMock(t testing.TB) *mockBMC {
 	l.Close() // the mock listens itself (Start takes an address)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- server.NewMockServer(logr.Discard(), addr.String(), server.WithAuth()).Start(ctx) }()
+	go func() { done <- server.NewMockServer(logr.Discard(), addr.String(), opts...).Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	m := &mockBMC{t: t, host: "127.0.0.1", port: int32(addr.Port)}
 	deadline := time.Now().Add(10 * time.Second)
@@ -114,12 +121,17 @@ func (m *mockBMC) system() systemState {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	var s systemState
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+	if err := jsonDecode(resp, &s); err != nil {
 		m.t.Fatal(err)
 	}
 	return s
+}
+
+// jsonDecode decodes and closes a response body.
+func jsonDecode(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // waitPower waits for the mock's asynchronous power transition (it settles
