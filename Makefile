@@ -11,7 +11,8 @@ HOST_PACKAGES := mmdebstrap qemu-system-x86 qemu-utils ovmf squashfs-tools \
 	sbsigntool ipxe-qemu zstd cpio docker-registry systemd-boot-efi gdisk \
 	mtools xorriso dosfstools binutils systemd ca-certificates git e2fsprogs \
 	cryptsetup-bin bcache-tools lvm2 swtpm swtpm-tools libtss2-tcti-swtpm0 \
-	libtss2-esys-3.0.2-0 libtss2-rc0 libtss2-mu0 dnsmasq-base iproute2
+	libtss2-esys-3.0.2-0 libtss2-rc0 libtss2-mu0 dnsmasq-base iproute2 \
+	qemu-user-static binfmt-support arch-test qemu-system-arm qemu-efi-aarch64
 
 .PHONY: setup build builder test bench fuzz hypervisor test-image vet fmt-check clean
 
@@ -22,6 +23,11 @@ setup: ## install host packages (idempotent)
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	fi
+	@# Foreign-architecture builds (arm64 here) run maintainer scripts under
+	@# qemu-user: binfmt_misc mounted, qemu's entries enabled. The builder
+	@# only checks this (builder/hostarch); it changes no host state.
+	@test -e /proc/sys/fs/binfmt_misc/status || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+	@update-binfmts --enable 2>/dev/null || true
 
 build: builder ## alias
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/graph"
+	"github.com/ironcore-dev/os-builder/builder/hostarch"
 	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	"github.com/ironcore-dev/os-builder/builder/step"
@@ -122,6 +123,11 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 			return m, nil
 		}
 	}
+	// A foreign architecture this host cannot run (no qemu-user through
+	// binfmt_misc) fails now, not minutes into mmdebstrap.
+	if err := hostarch.Check(r.Base.Architecture); err != nil {
+		return nil, err
+	}
 	// An unreachable image source must fail now, not after the long steps.
 	if err := sources.PreflightOCI(ctx, r, b.opts.CacheDir); err != nil {
 		return nil, err
@@ -137,6 +143,14 @@ func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildM
 	b.run = step.Plain{Work: tmp.Path}
 	if !b.opts.NoCache {
 		b.run = cachedRunner{store: b.store, scope: r.Name, log: b.log}
+		rr, err := b.withRemote(ctx, b.run)
+		if err != nil {
+			return nil, err
+		}
+		if rr != nil {
+			b.run = rr
+			defer b.waitRemote(rr)
+		}
 	}
 	return b.do(ctx)
 }
