@@ -29,6 +29,10 @@ type Options struct {
 	CacheDir string
 	// NoCache runs every step, neither reading nor filling the cache.
 	NoCache bool
+	// CacheFrom and CacheTo name a registry repository of cache entries
+	// (package cache/remote): steps missing locally are pulled from
+	// CacheFrom, entries are pushed to CacheTo. Empty: none.
+	CacheFrom, CacheTo string
 	// Verbose explains cache misses.
 	Verbose bool
 	// Progress receives progress lines; nil for silence.

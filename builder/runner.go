@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/cache/remote"
 )
 
 // cachedRunner is the runner of a build with a cache: it returns a step's
@@ -74,4 +76,38 @@ func (s bytesMetered) Run(ctx context.Context, out string) error {
 	stop := progress.WatchBytes(ctx, total, out)
 	defer stop()
 	return s.Step.Run(ctx, out)
+}
+
+// withRemote wraps the cached runner in the remote cache when the options
+// name a repository (nil otherwise).
+func (b *buildRun) withRemote(ctx context.Context, next step.Runner) (*remote.Runner, error) {
+	if b.opts.CacheFrom == "" && b.opts.CacheTo == "" {
+		return nil, nil
+	}
+	var from, to *remote.Repo
+	var err error
+	if b.opts.CacheFrom != "" {
+		if from, err = remote.Open(b.opts.CacheFrom); err != nil {
+			return nil, fmt.Errorf("--cache-from: %w", err)
+		}
+	}
+	if b.opts.CacheTo != "" {
+		if to, err = remote.Open(b.opts.CacheTo); err != nil {
+			return nil, fmt.Errorf("--cache-to: %w", err)
+		}
+	}
+	return remote.NewRunner(ctx, next, b.store, from, to, b.r.Name, b.log.Infof), nil
+}
+
+// waitRemote waits for the pushes still running at the end of the build
+// and says what the remote cache did.
+func (b *buildRun) waitRemote(rr *remote.Runner) {
+	began := time.Now()
+	st := rr.Wait()
+	if b.opts.CacheFrom != "" {
+		b.log.Infof("remote cache: pulled %d entries (%s) from %s; %d refused", st.Pulled, progress.HumanSize(st.PulledBytes), b.opts.CacheFrom, st.Refused)
+	}
+	if b.opts.CacheTo != "" {
+		b.log.Infof("remote cache: pushed %d entries (%s) to %s, waited %s at the end; %d failed", st.Pushed, progress.HumanSize(st.PushedBytes), b.opts.CacheTo, time.Since(began).Round(time.Millisecond), st.Failed)
+	}
 }

@@ -314,6 +314,12 @@ func parseMeta(b []byte) (*Meta, error) {
 // filler died, fill it themselves). fill writes into a fresh directory that
 // is sealed, fsynced and renamed into place when fill succeeds.
 func (s *Store) Fill(ctx context.Context, step string, in Inputs, fill func(dir string) error) (string, error) {
+	return s.fill(ctx, step, in, fill, nil)
+}
+
+// fill is Fill; check, when set, vets the new entry's seal before the
+// entry becomes visible (Import: the seal must be the one it was given).
+func (s *Store) fill(ctx context.Context, step string, in Inputs, fill func(dir string) error, check func([]File) error) (string, error) {
 	key := in.Key()
 	final, err := s.entryPath(key)
 	if err != nil {
@@ -341,6 +347,11 @@ func (s *Store) Fill(ctx context.Context, step string, in Inputs, fill func(dir 
 	files, err := seal(t.Path)
 	if err != nil {
 		return "", fmt.Errorf("cache: seal %s: %w", step, err)
+	}
+	if check != nil {
+		if err := check(files); err != nil {
+			return "", err
+		}
 	}
 	meta, err := json.MarshalIndent(Meta{Step: step, Key: key, Inputs: in, Created: time.Now().UTC(), Format: sealFormat, Files: files}, "", "  ")
 	if err != nil {

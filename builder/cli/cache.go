@@ -34,7 +34,7 @@ var stdin = os.Stdin
 
 func newCache(stdout io.Writer) *cobra.Command {
 	var dir string
-	c := &cobra.Command{Use: "cache", Short: "List, prune or import build cache entries"}
+	c := &cobra.Command{Use: "cache", Short: "List, prune, import, push or pull build cache entries"}
 	cacheDirFlag(c.PersistentFlags(), &dir)
 	open := func() (*cache.Store, error) {
 		if dir == "" {
@@ -71,7 +71,8 @@ func newCache(stdout io.Writer) *cobra.Command {
 		},
 	}
 	icli.JSONFlag(ls, &lsJSON)
-	c.AddCommand(ls, newCachePrune(stdout, open, &dir), newCacheImport(stdout, &dir))
+	c.AddCommand(ls, newCachePrune(stdout, open, &dir), newCacheImport(stdout, &dir),
+		newCacheTransfer(stdout, open, false), newCacheTransfer(stdout, open, true))
 	return c
 }
 
@@ -86,14 +87,36 @@ type pruneResult struct {
 func newCachePrune(stdout io.Writer, open func() (*cache.Store, error), dir *string) *cobra.Command {
 	var olderThan time.Duration
 	var all, asJSON bool
+	var remoteRepo string
 	c := &cobra.Command{
-		Use:   "prune --all | --older-than DURATION",
+		Use:   "prune --all | --older-than DURATION | --remote REPOSITORY --older-than DURATION [RECIPE...]",
 		Short: "Remove cache entries: all (--all) or those unused for --older-than",
 		Long: `Prune removes cache entries that no build is filling right now: with
 --older-than, those unused for that long; with --all, every one. Without
-either it asks on a terminal and refuses (exit 2) elsewhere.`,
-		Args: exactArgs(0),
+either it asks on a terminal and refuses (exit 2) elsewhere.
+
+With --remote it deletes the entries of a registry repository pushed more
+than --older-than ago that no lock file references any more: the plan of
+each RECIPE (default: every recipes/NAME.yaml with a recipes/NAME.lock),
+made against its lock and the local cache, names the entries kept. The
+registry must allow deletes (docker-registry:
+REGISTRY_STORAGE_DELETE_ENABLED=true); prune says so when it does not.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if remoteRepo == "" {
+				return exactArgs(0)(cmd, args)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if remoteRepo != "" {
+				if all || olderThan <= 0 {
+					return exitcode.UsageError(errors.New("--remote needs --older-than DURATION (and no --all)"))
+				}
+				if *dir == "" {
+					*dir = cache.DefaultDir()
+				}
+				return pruneRemote(cmd, stdout, remoteRepo, olderThan, args, *dir, asJSON)
+			}
 			switch {
 			case olderThan < 0:
 				return exitcode.UsageError(fmt.Errorf("--older-than %s is negative", olderThan))
@@ -137,6 +160,7 @@ either it asks on a terminal and refuses (exit 2) elsewhere.`,
 	}
 	c.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
 	c.Flags().BoolVar(&all, "all", false, "every entry, without asking")
+	c.Flags().StringVar(&remoteRepo, "remote", "", "prune this registry repository of cache entries instead (see above)")
 	icli.JSONFlag(c, &asJSON)
 	return c
 }

@@ -133,6 +133,7 @@ refused before the build starts, because the swap deletes what it held.`,
 	f.StringVarP(&opts.OutputDir, "output", "o", "", "output directory: new, empty or an earlier output (default out/<recipe name>)")
 	cacheDirFlag(f, &opts.CacheDir)
 	f.BoolVar(&opts.NoCache, "no-cache", false, "run every step; neither read nor fill the cache")
+	remoteCacheFlags(f, &opts.CacheFrom, &opts.CacheTo)
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")

@@ -96,6 +96,10 @@ http:
 	}
 }
 
+// Storage is the registry's filesystem storage root (blobs under
+// docker/registry/v2/blobs), for tests that damage what it serves.
+func (r *Registry) Storage() string { return filepath.Join(r.dir, "data") }
+
 // Stop kills the registry and removes its storage.
 func (r *Registry) Stop() {
 	if r.cmd != nil {
