@@ -69,6 +69,9 @@ func Load(path string) (*Recipe, error) {
 	r.src = &sources{recipe: doc, layers: map[*Layer]*document{}, tree: tree}
 	applyRecipeDefaults(r)
 	validateRecipe(r, doc, &p)
+	if len(r.Base.Architectures) > 0 && r.Base.Architecture == "" {
+		r.Base.Architecture = r.Base.Architectures[0]
+	}
 
 	res := resolver{r: r, p: &p, seen: map[fileID]bool{}}
 	for i, layerPath := range r.Layers {
@@ -101,7 +104,7 @@ func applyRecipeDefaults(r *Recipe) {
 	if r.Base.Release == "" {
 		r.Base.Release = DefaultRelease
 	}
-	if r.Base.Architecture == "" {
+	if r.Base.Architecture == "" && len(r.Base.Architectures) == 0 {
 		r.Base.Architecture = DefaultArchitecture
 	}
 	if r.Base.Mirror == "" {

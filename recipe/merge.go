@@ -62,10 +62,10 @@ type ResolvedUnit struct {
 	Layer string `json:"layer"`
 }
 
-// Packages returns the base packages and every layer's, sorted and without
-// duplicates.
+// Packages returns the base packages, the architecture's (arch) and every
+// layer's, sorted and without duplicates.
 func (r *Recipe) Packages() []string {
-	pkgs := slices.Clone(r.Base.Packages)
+	pkgs := slices.Concat(r.Base.Packages, r.Arch[r.Base.Architecture].Packages)
 	for _, l := range r.Resolved {
 		pkgs = append(pkgs, l.Packages...)
 	}
@@ -144,10 +144,11 @@ func (r *Recipe) Groups() []Group {
 	return groups
 }
 
-// Cmdline is the recipe's kernel.cmdline followed by each layer's cmdline, in
-// apply order, joined by single spaces.
+// Cmdline is the recipe's kernel.cmdline, the architecture's (arch), then
+// each layer's cmdline, in apply order, joined by single spaces.
 func (r *Recipe) Cmdline() string {
 	words := strings.Fields(r.Kernel.Cmdline)
+	words = append(words, strings.Fields(r.Arch[r.Base.Architecture].Cmdline)...)
 	for _, l := range r.Resolved {
 		words = append(words, strings.Fields(l.Cmdline)...)
 	}
@@ -217,4 +218,28 @@ func (r *Recipe) packageField(pkg string) (*document, string) {
 		}
 	}
 	return nil, ""
+}
+
+// Architectures are the architectures the recipe is built for:
+// base.architectures, else base.architecture.
+func (r *Recipe) Architectures() []string {
+	if len(r.Base.Architectures) > 0 {
+		return slices.Clone(r.Base.Architectures)
+	}
+	return []string{r.Base.Architecture}
+}
+
+// ForArchitecture is the recipe as built for arch, one of Architectures:
+// a copy whose base.architecture is arch and whose base.architectures is
+// empty. The layers are shared, not copied.
+func (r *Recipe) ForArchitecture(arch string) (*Recipe, error) {
+	if !slices.Contains(r.Architectures(), arch) {
+		return nil, fmt.Errorf("recipe %s is not built for %s (architectures: %s)", r.Name, arch, strings.Join(r.Architectures(), ", "))
+	}
+	c := *r
+	c.Base.Architecture = arch
+	c.Base.Architectures = nil
+	c.Resolved = slices.Clone(r.Resolved)
+	c.Exclude = slices.Clone(r.Exclude)
+	return &c, nil
 }

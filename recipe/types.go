@@ -25,6 +25,10 @@ type Recipe struct {
 	Exclude []string `json:"exclude,omitempty"`
 	// Disk shapes the disk image (output disk).
 	Disk Disk `json:"disk,omitempty"`
+	// Arch adds, per architecture, what only that architecture's image
+	// gets: the kernel package is linux-image-amd64 or linux-image-arm64,
+	// the serial console ttyS0 or ttyAMA0.
+	Arch map[string]ArchSettings `json:"arch,omitempty"`
 	// PersistRequired makes the init stop (FATAL) when the persisted paths
 	// cannot be kept on a data partition, instead of booting with them on
 	// tmpfs and a warning.
@@ -48,12 +52,24 @@ type Base struct {
 	Release string `json:"release,omitempty"`
 	// Architecture: amd64 (default) or arm64.
 	Architecture string `json:"architecture,omitempty"`
+	// Architectures builds the recipe for each of these (instead of
+	// Architecture): one output per architecture, one index when pushed.
+	// Load sets Architecture to the first; ForArchitecture picks another.
+	Architectures []string `json:"architectures,omitempty"`
 	// Mirror is the Debian archive URL; default http://deb.debian.org/debian.
 	Mirror string `json:"mirror,omitempty"`
 	// Components, default [main].
 	Components []string `json:"components,omitempty"`
 	// Packages installed by mmdebstrap on top of the "required" set.
 	Packages []string `json:"packages,omitempty"`
+}
+
+// ArchSettings are what one architecture's image adds to the recipe.
+type ArchSettings struct {
+	// Packages are appended to base.packages.
+	Packages []string `json:"packages,omitempty"`
+	// Cmdline is appended to kernel.cmdline.
+	Cmdline string `json:"cmdline,omitempty"`
 }
 
 // Disk shapes disk.raw.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path"
@@ -65,7 +66,7 @@ func validateRecipe(r *Recipe, doc *document, p *problems) {
 		p.addf(doc, "base.distribution", "%q is not supported (one of: %s)", b.Distribution, strings.Join(Distributions, ", "))
 	}
 	oneOf(p, doc, "base.release", b.Release, Releases)
-	oneOf(p, doc, "base.architecture", b.Architecture, Architectures)
+	validateArchitectures(r, doc, p)
 	if u, err := url.Parse(b.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.addf(doc, "base.mirror", "%q is not an http(s) URL", b.Mirror)
 	}
@@ -468,4 +469,32 @@ func (r *Recipe) checkSource(src string) (fs.FileInfo, error) {
 func within(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// validateArchitectures checks base.architecture or base.architectures
+// (one of the two) and that arch names only those.
+func validateArchitectures(r *Recipe, doc *document, p *problems) {
+	b := r.Base
+	archs := b.Architectures
+	if len(archs) == 0 {
+		oneOf(p, doc, "base.architecture", b.Architecture, Architectures)
+		archs = []string{b.Architecture}
+	} else if b.Architecture != "" {
+		p.addf(doc, "base.architecture", "set base.architecture or base.architectures, not both")
+	}
+	for i, a := range b.Architectures {
+		field := fmt.Sprintf("base.architectures[%d]", i)
+		oneOf(p, doc, field, a, Architectures)
+		if slices.Index(b.Architectures, a) < i {
+			p.addf(doc, field, "%q listed twice", a)
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(r.Arch)) {
+		field := fmt.Sprintf("arch[%q]", a)
+		if !slices.Contains(archs, a) {
+			p.addf(doc, field, "%q is not an architecture this recipe builds (%s)", a, strings.Join(archs, ", "))
+		}
+		checkPackages(p, doc, field+".packages", r.Arch[a].Packages)
+		checkCmdline(p, doc, field+".cmdline", r.Arch[a].Cmdline)
+	}
 }
