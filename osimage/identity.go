@@ -31,16 +31,12 @@ const (
 	MediaTypeConfig = "application/vnd.ironcore.image.config.v1+json"
 )
 
-// ArtifactType values, after the draft "IronCore Image V2" idea of one
-// artifactType per boot kind. Our manifest carries the artifactType of its
-// default boot method; see docs/image-format.md for the mapping.
-const (
-	ArtifactTypeUKI  = "application/vnd.ironcore+uki"
-	ArtifactTypeEFI  = "application/vnd.ironcore+efi"
-	ArtifactTypeDisk = "application/vnd.ironcore+disk"
-	ArtifactTypePXE  = "application/vnd.ironcore+pxe"
-	ArtifactTypeISO  = "application/vnd.ironcore+iso"
-)
+// ArtifactTypeV1 is the artifactType of our v1 manifest (every artifact
+// in one manifest). It is of our own namespace on purpose: the V2 kinds'
+// artifactTypes (v2.go) are what a V2 reader matches on, and a v1 manifest
+// claiming one (ours did, application/vnd.ironcore+uki) would be taken for
+// a V2 manifest whose layers are all wrong.
+const ArtifactTypeV1 = "application/vnd.ironcore.os-builder.image.v1"
 
 // BootMethod is how a server boots an artifact.
 type BootMethod string

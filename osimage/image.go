@@ -106,17 +106,6 @@ var methodNeeds = map[BootMethod][]ArtifactKind{
 // default boot method.
 var methodOrder = []BootMethod{BootUEFIHTTP, BootPXE, BootVirtualMedia, BootDisk}
 
-// methodArtifactType is the V2-style artifactType of each boot method.
-var methodArtifactType = map[BootMethod]string{
-	BootUEFIHTTP:     ArtifactTypeUKI,
-	BootPXE:          ArtifactTypePXE,
-	BootVirtualMedia: ArtifactTypeISO,
-	BootDisk:         ArtifactTypeDisk,
-}
-
-// ArtifactTypeOf returns the manifest artifactType for a default boot method.
-func ArtifactTypeOf(m BootMethod) string { return methodArtifactType[m] }
-
 // DeriveBoot computes the boot methods (in preference order), the default
 // method and the install modes from the artifact kinds present.
 func DeriveBoot(kinds map[ArtifactKind]bool) (methods []BootMethod, def BootMethod, modes []InstallMode) {
@@ -248,7 +237,7 @@ func NewImage(dir string, m *BuildManifest) (v1.Image, error) {
 	manifest := v1.Manifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIManifestSchema1,
-		ArtifactType:  ArtifactTypeOf(def),
+		ArtifactType:  ArtifactTypeV1,
 		Config: v1.Descriptor{
 			MediaType: MediaTypeConfig,
 			Size:      int64(len(img.rawConfig)),
@@ -298,18 +287,33 @@ func joinStrings[S ~string](xs []S) string {
 	return strings.Join(parts, ",")
 }
 
-// NewIndex wraps per-architecture images in an image index, each entry with
-// platform linux/<arch> and the image's artifactType. The index is what gets
-// tagged. Entries are sorted by architecture so the index is reproducible.
+// NewIndex wraps per-architecture v1 images in an image index, each entry
+// with platform linux/<arch> and the image's artifactType. Entries are
+// sorted by architecture so the index is reproducible.
 func NewIndex(images ...v1.Image) (v1.ImageIndex, error) {
+	var groups []platformGroup
+	for _, img := range images {
+		groups = append(groups, platformGroup{v1: img})
+	}
+	return newIndex(groups)
+}
+
+// platformGroup is what an index holds for one platform: the v1 manifest
+// first, then the V2 manifests in table order.
+type platformGroup struct {
+	v1 v1.Image
+	v2 []V2Image
+}
+
+func newIndex(groups []platformGroup) (v1.ImageIndex, error) {
 	type entry struct {
 		arch string
-		add  mutate.IndexAddendum
+		adds []mutate.IndexAddendum
 	}
 	var entries []entry
 	seen := map[string]bool{}
-	for _, img := range images {
-		mf, err := img.Manifest()
+	for _, g := range groups {
+		mf, err := g.v1.Manifest()
 		if err != nil {
 			return nil, fmt.Errorf("read image manifest: %w", err)
 		}
@@ -321,37 +325,75 @@ func NewIndex(images ...v1.Image) (v1.ImageIndex, error) {
 			return nil, fmt.Errorf("two images for architecture %s", arch)
 		}
 		seen[arch] = true
-		entries = append(entries, entry{arch, mutate.IndexAddendum{
-			Add: img,
-			Descriptor: v1.Descriptor{
-				Platform:     &v1.Platform{OS: "linux", Architecture: arch},
-				ArtifactType: mf.ArtifactType,
-			},
-		}})
+		platform := &v1.Platform{OS: "linux", Architecture: arch}
+		e := entry{arch: arch, adds: []mutate.IndexAddendum{{
+			Add:        g.v1,
+			Descriptor: v1.Descriptor{Platform: platform, ArtifactType: mf.ArtifactType},
+		}}}
+		for _, v2 := range g.v2 {
+			spec, _ := v2SpecOfKind(v2.Kind)
+			e.adds = append(e.adds, mutate.IndexAddendum{
+				Add:        v2.Image,
+				Descriptor: v1.Descriptor{Platform: platform, ArtifactType: spec.ArtifactType},
+			})
+		}
+		entries = append(entries, e)
 	}
 	if len(entries) == 0 {
 		return nil, errors.New("no images for the index")
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].arch < entries[j].arch })
-	adds := make([]mutate.IndexAddendum, len(entries))
-	for i, e := range entries {
-		adds[i] = e.add
+	var adds []mutate.IndexAddendum
+	for _, e := range entries {
+		adds = append(adds, e.adds...)
 	}
 	return mutate.AppendManifests(empty.Index, adds...), nil
 }
 
-// NewIndexFromDirs builds the image of each output directory and wraps them
-// in one index.
+func v2SpecOfKind(k V2Kind) (V2Spec, bool) {
+	for _, s := range v2Specs {
+		if s.Kind == k {
+			return s, true
+		}
+	}
+	return V2Spec{}, false
+}
+
+// IndexOptions shape the index of output directories.
+type IndexOptions struct {
+	// NoV2 leaves the IronCore Image V2 manifests out (builder push
+	// --no-v2). A build whose recipe says imageV2: false has none either.
+	NoV2 bool
+}
+
+// NewIndexFromDirs builds the images of each output directory (one per
+// architecture) and wraps them in one index: per architecture the v1
+// manifest, then the V2 manifests (unless the build turned them off).
 func NewIndexFromDirs(dirs ...string) (v1.ImageIndex, error) {
-	var images []v1.Image
+	return NewIndexOf(IndexOptions{}, dirs...)
+}
+
+// NewIndexOf is NewIndexFromDirs with options.
+func NewIndexOf(opts IndexOptions, dirs ...string) (v1.ImageIndex, error) {
+	var groups []platformGroup
 	for _, dir := range dirs {
-		img, err := NewImage(dir, nil)
+		m, err := ReadManifest(dir)
 		if err != nil {
 			return nil, fmt.Errorf("image of %s: %w", dir, err)
 		}
-		images = append(images, img)
+		img, err := NewImage(dir, m)
+		if err != nil {
+			return nil, fmt.Errorf("image of %s: %w", dir, err)
+		}
+		g := platformGroup{v1: img}
+		if !opts.NoV2 && !m.NoImageV2 {
+			if g.v2, err = NewV2Images(dir, m); err != nil {
+				return nil, fmt.Errorf("V2 images of %s: %w", dir, err)
+			}
+		}
+		groups = append(groups, g)
 	}
-	return NewIndex(images...)
+	return newIndex(groups)
 }
 
 // artifactImage implements partial.CompressedImageCore over precomputed
@@ -359,7 +401,9 @@ func NewIndexFromDirs(dirs ...string) (v1.ImageIndex, error) {
 type artifactImage struct {
 	rawManifest []byte
 	rawConfig   []byte
-	layers      map[v1.Hash]partial.CompressedLayer
+	// configMediaType is the config's; empty means MediaTypeConfig (v1).
+	configMediaType types.MediaType
+	layers          map[v1.Hash]partial.CompressedLayer
 }
 
 func (i *artifactImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
@@ -372,7 +416,11 @@ func (i *artifactImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error
 	}
 	cfgDigest, _, err := v1.SHA256(bytes.NewReader(i.rawConfig))
 	if err == nil && h == cfgDigest {
-		return static.NewLayer(i.rawConfig, MediaTypeConfig), nil
+		mt := i.configMediaType
+		if mt == "" {
+			mt = MediaTypeConfig
+		}
+		return static.NewLayer(i.rawConfig, mt), nil
 	}
 	return nil, fmt.Errorf("image has no blob %s", h)
 }

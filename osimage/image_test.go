@@ -37,8 +37,8 @@ func TestNewImageManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mf.ArtifactType != osimage.ArtifactTypeUKI {
-		t.Errorf("artifactType = %q, want %q", mf.ArtifactType, osimage.ArtifactTypeUKI)
+	if mf.ArtifactType != osimage.ArtifactTypeV1 {
+		t.Errorf("artifactType = %q, want %q", mf.ArtifactType, osimage.ArtifactTypeV1)
 	}
 	if mf.Config.MediaType != osimage.MediaTypeConfig {
 		t.Errorf("config media type = %q", mf.Config.MediaType)
@@ -169,10 +169,16 @@ func TestIndexPlatforms(t *testing.T) {
 		checkBlobs(t, img)
 	}
 	im, _ := idx.IndexManifest()
-	if len(im.Manifests) != 2 {
-		t.Fatalf("%d manifests", len(im.Manifests))
+	// Per architecture the v1 manifest first, then the V2 kinds its
+	// artifacts make (amd64 has no uki.efi or disk.raw).
+	wants := []struct{ arch, at string }{
+		{"amd64", osimage.ArtifactTypeV1}, {"amd64", osimage.V2ArtifactTypeUKI},
+		{"arm64", osimage.ArtifactTypeV1}, {"arm64", osimage.V2ArtifactTypeUKI}, {"arm64", osimage.V2ArtifactTypeEFI}, {"arm64", osimage.V2ArtifactTypeDisk},
 	}
-	for i, want := range []struct{ arch, at string }{{"amd64", osimage.ArtifactTypePXE}, {"arm64", osimage.ArtifactTypeUKI}} {
+	if len(im.Manifests) != len(wants) {
+		t.Fatalf("%d manifests, want %d", len(im.Manifests), len(wants))
+	}
+	for i, want := range wants {
 		d := im.Manifests[i]
 		if d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != want.arch || d.ArtifactType != want.at {
 			t.Errorf("entry %d: platform %+v artifactType %q, want linux/%s %s", i, d.Platform, d.ArtifactType, want.arch, want.at)

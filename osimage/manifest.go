@@ -54,6 +54,9 @@ type BuildManifest struct {
 	// SecureBoot says whether the UKI-bearing artifacts (uki.efi, disk.raw,
 	// image.iso) are signed; nil when the build made none of them.
 	SecureBoot *SecureBoot `json:"secureBoot,omitempty"`
+	// NoImageV2: the recipe turned IronCore Image V2 off (imageV2: false):
+	// push publishes the v1 manifest alone.
+	NoImageV2 bool `json:"noImageV2,omitempty"`
 }
 
 // Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is

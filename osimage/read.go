@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -29,11 +30,23 @@ type BootIdentity struct {
 	// SecureBoot is the AnnotationSecureBoot value; empty for images
 	// without UKIs or built before it existed.
 	SecureBoot string
+	// V2Kinds are the IronCore Image V2 kinds the identity was read from
+	// (ReadIndexIdentity), in index order; Preferred says, in one line,
+	// what V2 supplied over the v1 manifest (empty: nothing).
+	V2Kinds   []V2Kind
+	Preferred string
 
 	artifacts map[ArtifactKind]v1.Descriptor
+	// initrds are the V2 UKI kind's initrd layers, in order.
+	initrds []v1.Descriptor
 }
 
-// ReadIdentity reads the boot identity of an image manifest. Images without
+// Initrds returns the V2 UKI kind's initrd layers, in the order the kernel
+// unpacks them (nil for v1 images).
+func (b *BootIdentity) Initrds() []v1.Descriptor { return slices.Clone(b.initrds) }
+
+// ReadIdentity reads the boot identity of an image manifest: a v1 one, or
+// one IronCore Image V2 kind (V2KindOf). Images without
 // our annotations (e.g. older ones made for boot-operator) still work: the
 // methods are then derived from the layer media types, and the command line
 // comes from the config's commandLine. The config is checked against the
@@ -43,6 +56,11 @@ func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 	mf, err := img.Manifest()
 	if err != nil {
 		return nil, fmt.Errorf("read image manifest: %w", err)
+	}
+	if kind, isV2, err := V2KindOf(mf); err != nil {
+		return nil, err
+	} else if isV2 {
+		return readV2Identity(img, mf, kind)
 	}
 	id := &BootIdentity{
 		artifacts:    map[ArtifactKind]v1.Descriptor{},
@@ -133,6 +151,9 @@ func (b *BootIdentity) Supports(m BootMethod) error {
 		if _, ok := b.artifacts[k]; !ok {
 			missing = append(missing, string(k))
 		}
+	}
+	if len(missing) > 0 && m == BootPXE && len(b.initrds) > 1 {
+		return fmt.Errorf("image offers pxe as a V2 UKI kind with %d initrd layers: this reader boots one initrd", len(b.initrds))
 	}
 	if len(missing) > 0 {
 		var need []string

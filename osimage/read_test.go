@@ -26,7 +26,7 @@ func TestReadIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	if id.Default != osimage.BootUEFIHTTP || id.Architecture != "arm64" || id.Cmdline != osimagetest.Cmdline ||
-		id.ArtifactType != osimage.ArtifactTypeUKI || len(id.Methods) != 2 || len(id.InstallModes) != 2 {
+		id.ArtifactType != osimage.ArtifactTypeV1 || len(id.Methods) != 2 || len(id.InstallModes) != 2 {
 		t.Errorf("identity = %+v", id)
 	}
 	if d, ok := id.Artifact(osimage.KindUKI); !ok || d.MediaType != osimage.MediaTypeUKI {

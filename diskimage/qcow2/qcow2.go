@@ -11,7 +11,9 @@ package qcow2
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +47,7 @@ type Layout struct {
 	virtualSize int64
 	used        []uint64 // bit i: guest cluster i holds a non-zero byte
 	dataCount   int64
+	rawSHA256   string
 
 	l1Entries      int64
 	l1Clusters     int64
@@ -75,22 +78,31 @@ func Scan(r io.ReaderAt, size int64) (*Layout, error) {
 		return nil, err
 	}
 	buf := make([]byte, ClusterSize)
+	sum := sha256.New()
 	for c := int64(0); c < guestClusters; c++ {
 		if holes.covers(c) {
+			sum.Write(zeros[:min(ClusterSize, size-c*ClusterSize)])
 			continue
 		}
 		n, err := readCluster(r, c, size, buf)
 		if err != nil {
 			return nil, err
 		}
+		sum.Write(buf[:n])
 		if !allZero(buf[:n]) {
 			l.used[c/64] |= 1 << (c % 64)
 			l.dataCount++
 		}
 	}
+	l.rawSHA256 = hex.EncodeToString(sum.Sum(nil))
 	l.plan()
 	return l, nil
 }
+
+// RawSHA256 is the hex sha256 of the raw image as Scan read it, so a
+// caller that knows the raw image's digest can check it without a third
+// pass.
+func (l *Layout) RawSHA256() string { return l.rawSHA256 }
 
 func (l *Layout) isUsed(c int64) bool { return l.used[c/64]&(1<<(c%64)) != 0 }
 

@@ -34,11 +34,27 @@ var AllKinds = []osimage.ArtifactKind{
 const Cmdline = "console=ttyS0 osb.mode=memory"
 
 // Content returns the deterministic bytes of a fake artifact: a few KiB
-// derived from kind and arch, so that every artifact differs.
+// derived from kind and arch, so that every artifact differs. The initrd
+// has the shape of a real one (a plain newc cpio archive, then one that
+// starts as zstd does) and the disk a whole number of 512-byte sectors,
+// so that the V2 manifests can be made of them.
 func Content(kind osimage.ArtifactKind, arch string) []byte {
-	if kind == osimage.KindCmdline {
+	switch kind {
+	case osimage.KindCmdline:
 		return []byte(Cmdline + "\n")
+	case osimage.KindInitrd:
+		data := noise(kind, arch)
+		out := append(cpioEntry("root.img", data[:1024]), cpioEntry("TRAILER!!!", nil)...)
+		out = append(out, make([]byte, 512-len(out)%512)...)
+		return append(append(out, 0x28, 0xb5, 0x2f, 0xfd), data[1024:]...)
+	case osimage.KindDisk:
+		data := noise(kind, arch)
+		return append(data, make([]byte, 512-len(data)%512)...)
 	}
+	return noise(kind, arch)
+}
+
+func noise(kind osimage.ArtifactKind, arch string) []byte {
 	seed := sha256.Sum256([]byte(string(kind) + "/" + arch))
 	out := make([]byte, 0, 4096+int(seed[0]))
 	for len(out) < cap(out) {
@@ -46,6 +62,22 @@ func Content(kind osimage.ArtifactKind, arch string) []byte {
 		out = append(out, seed[:]...)
 	}
 	return out[:cap(out)]
+}
+
+// cpioEntry is one newc entry (header, name, data, each padded to 4 bytes).
+func cpioEntry(name string, data []byte) []byte {
+	h := fmt.Sprintf("070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x",
+		1, 0o100644, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
+	out := append([]byte(h), name...)
+	out = append(out, 0)
+	for len(out)%4 != 0 {
+		out = append(out, 0)
+	}
+	out = append(out, data...)
+	for len(out)%4 != 0 {
+		out = append(out, 0)
+	}
+	return out
 }
 
 // WriteOutputDir writes the given artifact kinds (all when none) and a
