@@ -40,6 +40,10 @@ type Capabilities struct {
 	VirtualMediaCD bool `json:"virtualMediaCD"`
 	// ContinuousSupported says BootSourceOverrideEnabled=Continuous works.
 	ContinuousSupported bool `json:"continuousSupported"`
+	// InstructionSet is the Redfish InstructionSet of the system's CPUs
+	// (x86-64, ARM-A64; ArchitectureOf maps it), empty when none reports
+	// one.
+	InstructionSet string `json:"instructionSet,omitempty"`
 }
 
 // Media is the state of the CD virtual media slot.

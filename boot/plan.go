@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -67,6 +68,12 @@ type Request struct {
 	// Install says what the booted initrd does; the zero value runs the OS
 	// from memory with the root image inside the initrd (today's boots).
 	Install Install `json:"install,omitempty"`
+	// Architecture is the server's OCI architecture (amd64, arm64) where
+	// the caller knows it (serverboot --arch, a metal-operator Server's
+	// status); ArchitectureFrom says from where. Empty: the BMC's
+	// Processors say (Session). It picks the image's build.
+	Architecture     string `json:"architecture,omitempty"`
+	ArchitectureFrom string `json:"architectureFrom,omitempty"`
 }
 
 // Install is what the booted initrd's init does with the OS, passed on the
@@ -116,6 +123,11 @@ type Plan struct {
 	// Install is set only for a non-default install mode, so plans (and the
 	// digests saved states carry) of plain boots are unchanged.
 	Install *Install `json:"install,omitempty"`
+	// Architecture is the image build's architecture the plan boots (set
+	// by Session; empty where the image names none), and ArchitectureFrom
+	// why: what said the server's architecture.
+	Architecture     string `json:"architecture,omitempty"`
+	ArchitectureFrom string `json:"architectureFrom,omitempty"`
 	// Choice says why the method was chosen (auto with the BMC's
 	// capabilities known); Notes say how the BMC's limits change the boot.
 	Choice string   `json:"choice,omitempty"`
@@ -547,6 +559,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, " (%s)", p.Choice)
 	}
 	fmt.Fprintf(&b, "\npolicy: %s\n", p.Policy)
+	if p.Architecture != "" || p.ArchitectureFrom != "" {
+		fmt.Fprintf(&b, "arch:   %s (%s)\n", cmp.Or(p.Architecture, "any"), p.ArchitectureFrom)
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "note:   %s\n", n)
 	}

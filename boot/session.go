@@ -1,12 +1,15 @@
 package boot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
@@ -21,8 +24,13 @@ import (
 type Session struct {
 	// Request is what to boot; Request.Image names the image.
 	Request Request
-	// ReadIdentity reads the image's boot identity; nil reads
-	// Request.Image from its registry (RegistryIdentity).
+	// ReadImage reads the image's builds: one boot identity per
+	// architecture (an index's linux platforms, first manifest per
+	// architecture, in the index's order; a single manifest is one build).
+	// nil: ReadIdentity, else the registry (RegistryImage).
+	ReadImage func(ctx context.Context, image string) ([]*osimage.BootIdentity, error)
+	// ReadIdentity reads an image of one build (used where ReadImage is
+	// nil).
 	ReadIdentity func(ctx context.Context, image string) (*osimage.BootIdentity, error)
 	// ArtifactBaseURL, if set, supplies Request.ArtifactBaseURL once the
 	// image is known. Its error fails the session only where the boot may
@@ -76,7 +84,7 @@ func (e bmcFailure) Is(target error) bool { return target == ErrBMC }
 // with Connect set, with what the BMC offers (read-only calls). It is the
 // plan Boot would run.
 func (s *Session) Plan(ctx context.Context) (*Plan, error) {
-	id, req, p, err := s.resolve(ctx)
+	r, p, err := s.resolve(ctx)
 	if err != nil || s.Connect == nil {
 		return p, err
 	}
@@ -85,7 +93,7 @@ func (s *Session) Plan(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	defer closeBMC()
-	return s.planFor(ctx, bmc, id, req)
+	return s.planFor(ctx, bmc, r)
 }
 
 // Boot boots the server: it plans as Plan does, serves the plan's
@@ -99,7 +107,7 @@ func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
 	if st == nil {
 		st = &State{}
 	}
-	id, req, _, err := s.resolve(ctx)
+	r, _, err := s.resolve(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -108,11 +116,12 @@ func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
 		return Result{}, err
 	}
 	defer closeBMC()
-	p, err := s.planFor(ctx, bmc, id, req)
+	p, err := s.planFor(ctx, bmc, r)
 	if err != nil {
 		return Result{}, err
 	}
 	if s.Logf != nil {
+		s.Logf("arch %s (%s)", cmp.Or(p.Architecture, "any"), p.ArchitectureFrom)
 		if p.Choice != "" {
 			s.Logf("method %s (%s)", p.Method, p.Choice)
 		}
@@ -139,30 +148,82 @@ func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
 	return Result{Plan: p, Skipped: finished || st.Done == 0}, nil
 }
 
+// resolved is what the image side of a session settled: the image's
+// builds, the request the BMC-side plan starts from, and the build picked
+// for the server (nil while the BMC is to say the server's architecture).
+type resolved struct {
+	builds []*osimage.BootIdentity
+	req    Request
+	id     *osimage.BootIdentity
+	arch   ServerArch
+}
+
 // resolve reads the image and plans from it alone: every image-side
-// mismatch surfaces here, before any BMC call. It returns the request the
-// BMC-side plan starts from.
-func (s *Session) resolve(ctx context.Context) (*osimage.BootIdentity, Request, *Plan, error) {
-	req := s.Request
-	read := s.ReadIdentity
-	if read == nil {
-		read = registryIdentity
+// mismatch surfaces here, before any BMC call. Where the caller names the
+// server's architecture, or there is no BMC to ask, the build is picked
+// here too (an image without it is refused before connecting); else every
+// build must plan, and planFor picks by what the BMC reports. The plan is
+// the picked build's (nil when the BMC is still to say).
+func (s *Session) resolve(ctx context.Context) (*resolved, *Plan, error) {
+	r := &resolved{req: s.Request}
+	var err error
+	if r.builds, err = s.readImage(ctx, r.req.Image); err != nil {
+		return nil, nil, err
 	}
-	id, err := read(ctx, req.Image)
-	if err != nil {
-		return nil, req, nil, err
-	}
-	if s.ArtifactBaseURL != nil && req.Policy != None && req.Method != osimage.BootDisk {
+	if s.ArtifactBaseURL != nil && r.req.Policy != None && r.req.Method != osimage.BootDisk {
 		base, err := s.ArtifactBaseURL()
-		if err != nil && mayNetworkBoot(id, req) {
-			return nil, req, nil, err
+		if err != nil && slices.ContainsFunc(r.builds, func(id *osimage.BootIdentity) bool { return mayNetworkBoot(id, r.req) }) {
+			return nil, nil, err
 		}
 		// Auto on a disk-default image may still pick a network method on a
 		// BMC without Hdd: then the URL is needed, if there is one.
-		req.ArtifactBaseURL = base
+		r.req.ArtifactBaseURL = base
 	}
-	p, err := Resolve(id, req)
-	return id, req, p, err
+	if r.req.Architecture != "" || s.Connect == nil || len(r.builds) == 1 && r.builds[0].Architecture == "" {
+		server := ServerArch{Arch: r.req.Architecture, From: cmp.Or(r.req.ArchitectureFrom, "the caller")}
+		if r.req.Architecture == "" {
+			server.From = "no BMC asked"
+		}
+		if r.id, r.arch, err = pickArchitecture(r.req.Image, r.builds, server); err != nil {
+			return nil, nil, err
+		}
+		p, err := Resolve(r.id, r.req)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.arch.plan(p)
+		return r, p, nil
+	}
+	for _, id := range r.builds {
+		if _, err := Resolve(id, r.req); err != nil {
+			if len(r.builds) == 1 {
+				return nil, nil, err
+			}
+			return nil, nil, fmt.Errorf("%s build: %w", id.Architecture, err)
+		}
+	}
+	return r, nil, nil
+}
+
+// plan records the architecture in a plan.
+func (a ServerArch) plan(p *Plan) {
+	p.Architecture, p.ArchitectureFrom = a.Arch, a.From
+}
+
+// readImage reads the image's builds with ReadImage, ReadIdentity or the
+// registry.
+func (s *Session) readImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
+	switch {
+	case s.ReadImage != nil:
+		return s.ReadImage(ctx, image)
+	case s.ReadIdentity != nil:
+		id, err := s.ReadIdentity(ctx, image)
+		if err != nil {
+			return nil, err
+		}
+		return []*osimage.BootIdentity{id}, nil
+	}
+	return registryImage(ctx, image)
 }
 
 // mayNetworkBoot says whether a request (policy other than None, method
@@ -175,17 +236,36 @@ func mayNetworkBoot(id *osimage.BootIdentity, req Request) bool {
 	return !auto || id.Default != osimage.BootDisk || fetches
 }
 
-// planFor re-plans with what the BMC offers: auto chooses by it, a forced
-// method the BMC cannot do is refused.
-func (s *Session) planFor(ctx context.Context, bmc BMC, id *osimage.BootIdentity, req Request) (*Plan, error) {
-	if s.SkipCapabilitiesForNone && req.Policy == None {
-		return ResolveFor(id, req, nil)
+// planFor re-plans with what the BMC offers: the server's architecture
+// picks the image's build where resolve left that open, auto chooses the
+// method by the BMC's capabilities, a forced method the BMC cannot do is
+// refused. All of it before any change on the BMC.
+func (s *Session) planFor(ctx context.Context, bmc BMC, r *resolved) (*Plan, error) {
+	skipCaps := s.SkipCapabilitiesForNone && r.req.Policy == None
+	var caps *Capabilities
+	if !skipCaps || r.id == nil {
+		c, err := bmc.Capabilities(ctx)
+		if err != nil {
+			return nil, bmcFailure{fmt.Errorf("reading BMC capabilities: %w", err)}
+		}
+		caps = &c
 	}
-	caps, err := bmc.Capabilities(ctx)
+	id, arch := r.id, r.arch
+	if id == nil {
+		var err error
+		if id, arch, err = pickArchitecture(r.req.Image, r.builds, ServerArchFromBMC(caps.InstructionSet)); err != nil {
+			return nil, err
+		}
+	}
+	if skipCaps {
+		caps = nil
+	}
+	p, err := ResolveFor(id, r.req, caps)
 	if err != nil {
-		return nil, bmcFailure{fmt.Errorf("reading BMC capabilities: %w", err)}
+		return nil, err
 	}
-	return ResolveFor(id, req, &caps)
+	arch.plan(p)
+	return p, nil
 }
 
 func (s *Session) connect(ctx context.Context) (BMC, func(), error) {
@@ -209,12 +289,93 @@ func (p *Plan) publishes() bool {
 	return false
 }
 
-func registryIdentity(ctx context.Context, image string) (*osimage.BootIdentity, error) {
+func registryImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
 	ref, err := name.ParseReference(image)
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %q: %w", ErrPlan, image, err)
 	}
-	return RegistryIdentity(ctx, ref)
+	return RegistryImage(ctx, ref)
+}
+
+// maxIndexManifests bounds the manifests of an image index read: a real
+// one has a few per architecture.
+const maxIndexManifests = 256
+
+// RegistryImage reads the builds of the image ref names from its registry
+// (manifests and configs, not the layers), with the default keychain; opts
+// come after those. An index gives one build per linux platform
+// architecture: the first manifest for it, as boot-operator picks (entries
+// without a platform, "unknown" ones such as attestations, other OSes and
+// nested indexes are skipped); a manifest whose architecture annotation
+// disagrees with its index entry is refused. A single manifest is one
+// build. Errors are classified as RegistryIdentity's.
+func RegistryImage(ctx context.Context, ref name.Reference, opts ...remote.Option) ([]*osimage.BootIdentity, error) {
+	opts = append([]remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}, opts...)
+	desc, err := remote.Get(ref, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("fetching image %s: %w", ref, err)
+	}
+	if !desc.MediaType.IsIndex() {
+		img, err := desc.Image()
+		if err != nil {
+			return nil, fmt.Errorf("fetching image %s: %w", ref, err)
+		}
+		id, err := identityOf(ref, img)
+		if err != nil {
+			return nil, err
+		}
+		return []*osimage.BootIdentity{id}, nil
+	}
+	idx, err := desc.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("fetching image index %s: %w", ref, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading image index %s: %w", ref, err)
+	}
+	if len(im.Manifests) > maxIndexManifests {
+		return nil, fmt.Errorf("%w: image index %s has %d manifests, more than %d", ErrPlan, ref, len(im.Manifests), maxIndexManifests)
+	}
+	var builds []*osimage.BootIdentity
+	for _, d := range im.Manifests {
+		pl := d.Platform
+		if pl == nil || pl.Architecture == "" || pl.Architecture == "unknown" || (pl.OS != "" && pl.OS != "linux") || !d.MediaType.IsImage() ||
+			slices.ContainsFunc(builds, func(b *osimage.BootIdentity) bool { return b.Architecture == pl.Architecture }) {
+			continue
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("fetching the %s manifest of %s: %w", pl.Architecture, ref, err)
+		}
+		id, err := identityOf(ref, img)
+		if err != nil {
+			return nil, err
+		}
+		if id.Architecture != "" && id.Architecture != pl.Architecture {
+			return nil, fmt.Errorf("%w: image index %s: entry %s has platform architecture %s, its manifest says %s (%s)",
+				ErrPlan, ref, d.Digest, pl.Architecture, id.Architecture, osimage.AnnotationArchitecture)
+		}
+		id.Architecture = pl.Architecture
+		builds = append(builds, id)
+	}
+	if len(builds) == 0 {
+		return nil, fmt.Errorf("%w: image index %s has no manifest for a linux platform architecture (%d entries)", ErrPlan, ref, len(im.Manifests))
+	}
+	return builds, nil
+}
+
+// identityOf reads an image's boot identity; a registry that fails or
+// times out is no mismatch, anything else is ErrPlan.
+func identityOf(ref name.Reference, img v1.Image) (*osimage.BootIdentity, error) {
+	id, err := osimage.ReadIdentity(img)
+	if err != nil {
+		if c := exitcode.Of(err); c == exitcode.Unavailable || c == exitcode.Timeout {
+			return nil, fmt.Errorf("reading image %s: %w", ref, err)
+		}
+		return nil, fmt.Errorf("%w: image %s: %w", ErrPlan, ref, err)
+	}
+	return id, nil
 }
 
 // RegistryIdentity reads the boot identity of the image ref names from its
@@ -228,12 +389,5 @@ func RegistryIdentity(ctx context.Context, ref name.Reference, opts ...remote.Op
 	if err != nil {
 		return nil, fmt.Errorf("fetching image %s: %w", ref, err)
 	}
-	id, err := osimage.ReadIdentity(img)
-	if err != nil {
-		if c := exitcode.Of(err); c == exitcode.Unavailable || c == exitcode.Timeout {
-			return nil, fmt.Errorf("reading image %s: %w", ref, err)
-		}
-		return nil, fmt.Errorf("%w: image %s: %w", ErrPlan, ref, err)
-	}
-	return id, nil
+	return identityOf(ref, img)
 }

@@ -38,6 +38,7 @@ const (
 
 type options struct {
 	bmc, image, method, policy      string
+	arch                            string
 	auth                            string
 	install, installTarget          string
 	installWipe, rootURL            bool
@@ -112,6 +113,7 @@ func (o *options) imageFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
 	f.StringVar(&o.method, "method", string(boot.MethodAuto), "auto: the image's first method the BMC allows; or force one (refused, not replaced, if the BMC cannot): uefi-http, pxe, virtual-media, disk")
 	f.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
+	f.StringVar(&o.arch, "arch", "", "the server's architecture (amd64, arm64, ...), which picks the image's build; default: what the BMC's Processors report (InstructionSet), else the image's only build")
 	f.StringVar(&o.install, "install", "", "install mode: memory (default: run from RAM) or disk (write the image to --install-target, then boot it); boots via pxe")
 	f.StringVar(&o.installTarget, "install-target", "", "target disk selector for --install disk: by-id:ID, serial:S, path:/dev/NAME, size:MIN-MAX")
 	f.BoolVar(&o.installWipe, "install-wipe", false, "let --install disk overwrite a foreign partition table")
@@ -221,6 +223,11 @@ func (o *options) session() (*boot.Session, name.Reference, error) {
 	if err := o.need("image"); err != nil {
 		return nil, nil, err
 	}
+	if o.arch != "" {
+		if err := boot.CheckArchitecture(o.arch); err != nil {
+			return nil, nil, exitcode.UsageError(fmt.Errorf("--arch: %w", err))
+		}
+	}
 	var nopts []name.Option
 	if o.insecureRegistry {
 		nopts = append(nopts, name.Insecure)
@@ -231,10 +238,11 @@ func (o *options) session() (*boot.Session, name.Reference, error) {
 	}
 	return &boot.Session{
 		Request: boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
-			Install: boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL}},
+			Install:      boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL},
+			Architecture: o.arch, ArchitectureFrom: "--arch"},
 		// The parsed ref, not Request.Image: it keeps --insecure-registry.
-		ReadIdentity: func(ctx context.Context, _ string) (*osimage.BootIdentity, error) {
-			return boot.RegistryIdentity(ctx, ref)
+		ReadImage: func(ctx context.Context, _ string) ([]*osimage.BootIdentity, error) {
+			return boot.RegistryImage(ctx, ref)
 		},
 		ArtifactBaseURL: func() (string, error) {
 			base, err := o.advertiseURL()

@@ -27,6 +27,7 @@ type systemDoc struct {
 		HTTPBootURI    string   `json:"HttpBootUri"`
 	}
 	VirtualMedia member
+	Processors   member
 	Actions      struct {
 		Reset struct {
 			Target string `json:"target"`
@@ -125,7 +126,54 @@ func (c *Client) discover(ctx context.Context, systemID string) error {
 	for _, t := range sys.Boot.TargetAllowed {
 		c.caps.AllowedTargets = append(c.caps.AllowedTargets, c.quirks.fromVendor(t))
 	}
+	if sys.Processors.ID != "" {
+		is, err := c.instructionSet(ctx, sys.Processors.ID)
+		if err != nil {
+			return err
+		}
+		c.caps.InstructionSet = is
+	}
 	return nil
+}
+
+// maxProcessors bounds the Processors members read: sockets, GPUs, FPGAs
+// of one system are a handful.
+const maxProcessors = 64
+
+// processorDoc is what instructionSet reads of a Processor.
+type processorDoc struct {
+	ProcessorType  string
+	InstructionSet string
+	Status         struct{ State string }
+}
+
+// instructionSet is the InstructionSet of the system's CPUs: the first
+// Processors member that is a CPU (ProcessorType CPU or unset; GPUs, FPGAs
+// and accelerators have their own), present (an empty socket is Status.State
+// Absent) and reports one. ProcessorSummary has no InstructionSet in the
+// DMTF schema, so the members are read. A system without a Processors
+// collection (404) reports none.
+func (c *Client) instructionSet(ctx context.Context, coll string) (string, error) {
+	var procs struct{ Members []member }
+	if _, err := c.get(ctx, coll, &procs); err != nil {
+		if statusOf(err) == http.StatusNotFound {
+			return "", nil
+		}
+		return "", fmt.Errorf("listing processors: %w", err)
+	}
+	if len(procs.Members) > maxProcessors {
+		return "", fmt.Errorf("processors %s: %d members, more than %d", coll, len(procs.Members), maxProcessors)
+	}
+	for _, m := range procs.Members {
+		var p processorDoc
+		if _, err := c.get(ctx, m.ID, &p); err != nil {
+			return "", fmt.Errorf("reading processor %s: %w", m.ID, err)
+		}
+		if (p.ProcessorType == "" || p.ProcessorType == "CPU") && p.Status.State != "Absent" && p.InstructionSet != "" {
+			return p.InstructionSet, nil
+		}
+	}
+	return "", nil
 }
 
 // Capabilities as discovered at Connect.

@@ -39,8 +39,9 @@ type vendorBMC struct {
 	refuseSessions  int  // status for POST to Sessions (0: create)
 	sessionNoToken  bool // POST to Sessions: 201 {"status":"created"}, no X-Auth-Token (metal-operator's mock)
 	sessionPosts    int
-	expireAfter     int  // a session token dies after this many uses (0: never)
-	rejectTokens    bool // every token is refused (a BMC that lost its session store)
+	processors      []map[string]any // Systems/1/Processors members (nil: no collection linked)
+	expireAfter     int              // a session token dies after this many uses (0: never)
+	rejectTokens    bool             // every token is refused (a BMC that lost its session store)
 	mediaUnder      string
 	mediaActions    bool
 	needTransfer    bool // InsertMedia 400s without TransferMethod
@@ -146,7 +147,23 @@ func (v *vendorBMC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if v.mediaUnder == "/redfish/v1/Systems/1" {
 			sys["VirtualMedia"] = map[string]string{"@odata.id": "/redfish/v1/Systems/1/VirtualMedia"}
 		}
+		if v.processors != nil {
+			sys["Processors"] = map[string]string{"@odata.id": "/redfish/v1/Systems/1/Processors"}
+		}
 		reply(200, sys)
+	case p == "/redfish/v1/Systems/1/Processors" && v.processors != nil:
+		var ms []map[string]string
+		for i := range v.processors {
+			ms = append(ms, map[string]string{"@odata.id": fmt.Sprintf("/redfish/v1/Systems/1/Processors/%d", i)})
+		}
+		reply(200, map[string]any{"Members": ms})
+	case strings.HasPrefix(p, "/redfish/v1/Systems/1/Processors/") && v.processors != nil:
+		var i int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(p, "/redfish/v1/Systems/1/Processors/"), "%d", &i); err != nil || i >= len(v.processors) {
+			fail(404, "no "+p)
+			return
+		}
+		reply(200, v.processors[i])
 	case p == "/redfish/v1/Managers/1":
 		mgr := map[string]any{"Id": "1"}
 		if v.mediaUnder == "/redfish/v1/Managers/1" {
@@ -471,5 +488,43 @@ func TestOverrideModeRequired(t *testing.T) {
 		if p["Boot"].(map[string]any)["BootSourceOverrideMode"] != "UEFI" {
 			t.Errorf("patch without the mode: %v", p)
 		}
+	}
+}
+
+// TestInstructionSet: the system's CPUs say the architecture; GPUs, FPGAs
+// and empty sockets do not (bmcweb lists an absent CPU with Status.State
+// Absent; metal-operator's mock has an FPGA with InstructionSet OEM).
+func TestInstructionSet(t *testing.T) {
+	cpu := func(typ, set, state string) map[string]any {
+		p := map[string]any{"ProcessorType": typ, "Status": map[string]string{"State": state}}
+		if set != "" {
+			p["InstructionSet"] = set
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name       string
+		processors []map[string]any
+		want       string
+	}{
+		{"no collection", nil, ""},
+		{"empty collection", []map[string]any{}, ""},
+		{"one CPU", []map[string]any{cpu("CPU", "x86-64", "Enabled")}, "x86-64"},
+		{"FPGA first", []map[string]any{cpu("FPGA", "OEM", "Enabled"), cpu("CPU", "x86-64", "Enabled")}, "x86-64"},
+		{"GPU, empty socket, ARM CPU", []map[string]any{cpu("GPU", "OEM", "Enabled"), cpu("CPU", "", "Absent"), cpu("CPU", "ARM-A64", "Enabled")}, "ARM-A64"},
+		{"absent socket says nothing", []map[string]any{cpu("CPU", "x86-64", "Absent"), cpu("", "ARM-A64", "Enabled")}, "ARM-A64"},
+		{"CPU without InstructionSet", []map[string]any{cpu("CPU", "", "Enabled")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, url := newVendorBMC(t, &vendorBMC{processors: tc.processors})
+			c := vendorConnect(t, url, Config{})
+			caps, err := c.Capabilities(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if caps.InstructionSet != tc.want {
+				t.Errorf("InstructionSet %q, want %q", caps.InstructionSet, tc.want)
+			}
+		})
 	}
 }
