@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,7 +66,10 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, er
 	if err != nil {
 		return nil, err
 	}
-	log := progress.New(opts.Progress, opts.Verbose, opts.ProgressMode)
+	log := opts.reporter
+	if log == nil {
+		log = progress.New(opts.Progress, opts.Verbose, opts.ProgressMode)
+	}
 	store.Log = log.Infof
 	b := &buildRun{r: r, opts: opts, epoch: epoch, log: log, store: store, exe: exe}
 	b.art = artifacts.Config{
@@ -93,69 +97,171 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, er
 	return b, nil
 }
 
-// Build runs the recipe and returns the manifest of the output directory.
-// When the output directory already holds what the recipe makes (same
-// input key, artifacts unchanged) it writes nothing and returns its
-// manifest.
+// Build runs the recipe for its base.architecture and returns the manifest
+// of the output directory. When the output directory already holds what
+// the recipe makes (same input key, artifacts unchanged) it writes nothing
+// and returns its manifest.
 func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildManifest, error) {
+	ms, err := buildLanes(ctx, []*recipe.Recipe{r}, []Options{opts})
+	if err != nil {
+		return nil, err
+	}
+	return ms[0], nil
+}
+
+// BuildArchitectures builds the recipe for archs (none: every architecture
+// the recipe names) in one graph, each architecture's steps side by side.
+// One architecture is written to opts.OutputDir as Build writes it;
+// several to one output directory each, opts.OutputDir/ARCH. The
+// manifests are in archs' order.
+func BuildArchitectures(ctx context.Context, r *recipe.Recipe, archs []string, opts Options) ([]*osimage.BuildManifest, error) {
+	rs, runOpts, err := ArchitectureRuns(r, archs, opts)
+	if err != nil {
+		return nil, err
+	}
+	return buildLanes(ctx, rs, runOpts)
+}
+
+// ArchitectureRuns are the recipe for each of archs (none: the recipe's
+// architectures) and the options of its build: the output directory is
+// opts.OutputDir (default out/NAME) for one architecture, its ARCH
+// subdirectory for several.
+func ArchitectureRuns(r *recipe.Recipe, archs []string, opts Options) ([]*recipe.Recipe, []Options, error) {
+	if len(archs) == 0 {
+		archs = r.Architectures()
+	}
 	if opts.OutputDir == "" {
 		opts.OutputDir = filepath.Join("out", r.Name)
 	}
-	// The swap at the end deletes what the output held: refuse now, not
-	// after an hour of building (and before touching the cache).
-	if err := CheckOutputDir(opts.OutputDir); err != nil {
-		return nil, err
-	}
-	b, err := prepare(ctx, r, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer b.log.Close()
-	began := time.Now()
-	defer func() { b.log.PrintSummary(time.Since(began)) }()
-	if !b.opts.NoCache {
-		m, ok, err := upToDate(b.opts.OutputDir, b.key, b.store, b.opts.Verify, true)
+	var rs []*recipe.Recipe
+	var runOpts []Options
+	for i, a := range archs {
+		if slices.Index(archs, a) < i {
+			return nil, nil, fmt.Errorf("architecture %s named twice", a)
+		}
+		ra, err := r.ForArchitecture(a)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if ok {
-			b.log.Infof("nothing changed: %s is up to date (input key %.12s)", b.opts.OutputDir, b.key)
-			return m, nil
+		o := opts
+		if len(archs) > 1 {
+			o.OutputDir = filepath.Join(opts.OutputDir, a)
 		}
+		rs = append(rs, ra)
+		runOpts = append(runOpts, o)
 	}
-	// A foreign architecture this host cannot run (no qemu-user through
-	// binfmt_misc) fails now, not minutes into mmdebstrap.
-	if err := hostarch.Check(r.Base.Architecture); err != nil {
-		return nil, err
-	}
-	// An unreachable image source must fail now, not after the long steps.
-	if err := sources.PreflightOCI(ctx, r, b.opts.CacheDir); err != nil {
-		return nil, err
-	}
-	// The work directory is locked, not named by PID: a build sweeping the
-	// shared cache from another PID namespace must see it as live.
-	tmp, err := b.store.NewTemp("work")
-	if err != nil {
-		return nil, err
-	}
-	defer tmp.Remove()
-	b.work = tmp.Path
-	b.run = step.Plain{Work: tmp.Path}
-	if !b.opts.NoCache {
-		b.run = cachedRunner{store: b.store, scope: r.Name, log: b.log}
-		rr, err := b.withRemote(ctx, b.run)
-		if err != nil {
-			return nil, err
-		}
-		if rr != nil {
-			b.run = rr
-			defer b.waitRemote(rr)
-		}
-	}
-	return b.do(ctx)
+	return rs, runOpts, nil
 }
 
-func (b *buildRun) do(ctx context.Context) (*osimage.BuildManifest, error) {
+// buildLanes builds each recipe (one architecture each) with its options,
+// all in one graph: a lane per recipe, its nodes named ARCH/STEP when
+// there are several. Their progress is one report.
+func buildLanes(ctx context.Context, rs []*recipe.Recipe, opts []Options) ([]*osimage.BuildManifest, error) {
+	ms := make([]*osimage.BuildManifest, len(rs))
+	var runs []*buildRun
+	var log *progress.Reporter
+	for i, r := range rs {
+		o := opts[i]
+		if o.OutputDir == "" {
+			o.OutputDir = filepath.Join("out", r.Name)
+		}
+		// The swap at the end deletes what the output held: refuse now,
+		// not after an hour of building (and before touching the cache).
+		if err := CheckOutputDir(o.OutputDir); err != nil {
+			return nil, err
+		}
+		o.reporter = log
+		b, err := prepare(ctx, r, o)
+		if err != nil {
+			return nil, err
+		}
+		if log == nil {
+			log = b.log
+			defer log.Close()
+			began := time.Now()
+			defer func() { log.PrintSummary(time.Since(began)) }()
+		}
+		if len(rs) > 1 {
+			b.prefix = r.Base.Architecture + "/"
+		}
+		runs = append(runs, b)
+	}
+	var todo []*buildRun
+	var index []int
+	for i, b := range runs {
+		if !b.opts.NoCache {
+			m, ok, err := upToDate(b.opts.OutputDir, b.key, b.store, b.opts.Verify, true)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				log.Infof("nothing changed: %s is up to date (input key %.12s)", b.opts.OutputDir, b.key)
+				ms[i] = m
+				continue
+			}
+		}
+		todo = append(todo, b)
+		index = append(index, i)
+	}
+	for _, b := range todo {
+		// A foreign architecture this host cannot run (no qemu-user
+		// through binfmt_misc) fails now, not minutes into mmdebstrap.
+		if err := hostarch.Check(b.r.Base.Architecture); err != nil {
+			return nil, err
+		}
+		// An unreachable image source must fail now, not after the long
+		// steps.
+		if err := sources.PreflightOCI(ctx, b.r, b.opts.CacheDir); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range todo {
+		// The work directory is locked, not named by PID: a build
+		// sweeping the shared cache from another PID namespace must see
+		// it as live.
+		tmp, err := b.store.NewTemp("work")
+		if err != nil {
+			return nil, err
+		}
+		defer tmp.Remove()
+		b.work = tmp.Path
+		b.run = step.Plain{Work: tmp.Path}
+		if !b.opts.NoCache {
+			b.run = cachedRunner{store: b.store, scope: b.r.Name + strings.TrimSuffix("/"+b.prefix, "/"), log: b.log}
+			rr, err := b.withRemote(ctx, b.run)
+			if err != nil {
+				return nil, err
+			}
+			if rr != nil {
+				b.run = rr
+				defer b.waitRemote(rr)
+			}
+		}
+	}
+	built, err := runLanes(ctx, todo)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range built {
+		ms[index[i]] = m
+	}
+	return ms, nil
+}
+
+// lane is one architecture's part of a build: its run, its staging
+// directory, its nodes (named with the run's prefix) and their results.
+type lane struct {
+	b      *buildRun
+	final  string
+	out    staged
+	unlock func()
+	ns     []node
+	v      *values
+	res    *results
+}
+
+// openLane stages b's output directory and lays out its table.
+func (b *buildRun) openLane() (*lane, error) {
 	final, err := filepath.Abs(b.opts.OutputDir)
 	if err != nil {
 		return nil, err
@@ -168,49 +274,93 @@ func (b *buildRun) do(ctx context.Context) (*osimage.BuildManifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output %s: %w", final, err)
 	}
-	defer func() {
-		os.RemoveAll(stage)
-		unlock()
-	}()
-	out := staged{dir: stage}
+	l := &lane{b: b, final: final, out: staged{dir: stage}, unlock: unlock}
 	if !b.opts.NoCache {
-		out.prev = readPreviousOutput(b.store, final)
+		l.out.prev = readPreviousOutput(b.store, final)
 	}
-	ns, v := b.table(stage)
-	res := &results{arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
-	g := graph.New()
-	for _, n := range ns {
-		if err := g.Add(graph.Node{Name: n.name, Deps: n.deps(), Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, res, out)}); err != nil {
-			return nil, err
+	l.ns, l.v = b.table(stage)
+	l.res = &results{arts: map[string][]osimage.Artifact{}, sizes: map[string]int64{}, keys: map[string]string{}}
+	return l, nil
+}
+
+func (l *lane) close() {
+	os.RemoveAll(l.out.dir)
+	l.unlock()
+}
+
+// finish writes the lane's manifest and swaps its output into place.
+func (l *lane) finish() (*osimage.BuildManifest, error) {
+	var arts []osimage.Artifact
+	for _, n := range l.ns {
+		if n.writer != nil {
+			arts = append(arts, l.res.arts[l.b.prefix+n.name]...)
 		}
 	}
-	err = g.Run(ctx, graph.Options{
-		Jobs: b.opts.Jobs, MemMiB: b.opts.MemMiB,
-		Start: b.log.BeginStep,
+	artifacts.Sort(arts)
+	if err := artifacts.RemoveAside(l.out.dir); err != nil {
+		return nil, err
+	}
+	return l.b.publish(arts, l.v, l.res.keys, l.out.dir, l.final)
+}
+
+// runLanes runs every run's table in one graph and publishes each output.
+func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	var lanes []*lane
+	defer func() {
+		for _, l := range lanes {
+			l.close()
+		}
+	}()
+	g := graph.New()
+	byNode := map[string]*results{}
+	for _, b := range runs {
+		l, err := b.openLane()
+		if err != nil {
+			return nil, err
+		}
+		lanes = append(lanes, l)
+		for _, n := range l.ns {
+			deps := n.deps()
+			for i := range deps {
+				deps[i] = b.prefix + deps[i]
+			}
+			n.name = b.prefix + n.name
+			byNode[n.name] = l.res
+			if err := g.Add(graph.Node{Name: n.name, Deps: deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, l.res, l.out)}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	b0 := runs[0]
+	err := g.Run(ctx, graph.Options{
+		Jobs: b0.opts.Jobs, MemMiB: b0.opts.MemMiB,
+		Start: b0.log.BeginStep,
 		Finish: func(name string, err error) {
+			res := byNode[name]
 			res.mu.Lock()
 			size := res.sizes[name]
 			for _, a := range res.arts[name] {
 				size += a.Size
 			}
 			res.mu.Unlock()
-			b.log.EndStep(name, err, size)
+			b0.log.EndStep(name, err, size)
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	var arts []osimage.Artifact
-	for _, n := range ns {
-		if n.writer != nil {
-			arts = append(arts, res.arts[n.name]...)
+	var ms []*osimage.BuildManifest
+	for _, l := range lanes {
+		m, err := l.finish()
+		if err != nil {
+			return nil, err
 		}
+		ms = append(ms, m)
 	}
-	artifacts.Sort(arts)
-	if err := artifacts.RemoveAside(stage); err != nil {
-		return nil, err
-	}
-	return b.publish(arts, v, res.keys, stage, final)
+	return ms, nil
 }
 
 // runNode is how the graph runs one node: a cached step through the
@@ -226,7 +376,7 @@ func (b *buildRun) runNode(n node, res *results, out staged) func(ctx context.Co
 	return func(ctx context.Context) error {
 		ctx = progress.WithMeter(ctx, b.log, n.name)
 		if w := n.writer; w != nil {
-			arts, key, err := b.writeOrReuse(ctx, w, out)
+			arts, key, err := b.writeOrReuse(ctx, n.name, w, out)
 			if err != nil {
 				return err
 			}
@@ -268,22 +418,22 @@ func (b *buildRun) runNode(n node, res *results, out staged) func(ctx context.Co
 // writeOrReuse runs the writer w, or takes what it would write from the
 // previous output when its key matches there. It returns the writer's key
 // ("" without a cache: inputs are not named by keys then).
-func (b *buildRun) writeOrReuse(ctx context.Context, w *artifacts.Writer, out staged) ([]osimage.Artifact, string, error) {
+func (b *buildRun) writeOrReuse(ctx context.Context, name string, w *artifacts.Writer, out staged) ([]osimage.Artifact, string, error) {
 	var key string
 	if !b.opts.NoCache && len(w.Ships) > 0 {
 		var err error
 		if key, err = w.Key(); err != nil {
-			return nil, "", fmt.Errorf("%s: %w", w.Name, err)
+			return nil, "", fmt.Errorf("%s: %w", name, err)
 		}
-		b.log.SetKey(w.Name, key)
+		b.log.SetKey(name, key)
 		arts, err := out.prev.reuse(out.dir, key, w.Ships)
 		if err == nil {
-			b.log.Cached(w.Name)
-			b.log.Infof("%s: reused %s from the previous output (same inputs)", w.Name, strings.Join(w.Ships, ", "))
+			b.log.Cached(name)
+			b.log.Infof("%s: reused %s from the previous output (same inputs)", name, strings.Join(w.Ships, ", "))
 			return arts, key, nil
 		}
 		if !errors.Is(err, errNotReusable) {
-			b.log.Infof("warning: %s: %v (writing it)", w.Name, err)
+			b.log.Infof("warning: %s: %v (writing it)", name, err)
 		}
 	}
 	stop := progress.WatchBytes(ctx, w.Size(), w.Files...)

@@ -56,6 +56,9 @@ type Options struct {
 	// Locked builds only sources the recipe's lock pins (see
 	// sources.PinSources).
 	Locked bool
+	// reporter is the progress report several architectures' builds
+	// share (buildLanes); nil: prepare makes one from Progress.
+	reporter *progress.Reporter
 	// Init supplies the initrd's init; nil builds it from source
 	// (initrd.SourceInit). cmd/builder passes the init it carries.
 	Init initrd.InitSource
@@ -88,6 +91,9 @@ type buildRun struct {
 	work  string // this build's work directory in the cache
 	run   step.Runner
 	log   *progress.Reporter
+	// prefix names this run's nodes in a graph of several architectures
+	// ("arm64/"); "" when the build is of one.
+	prefix string
 	// pinned lists the sources with their digests, for the manifest.
 	pinned []osimage.Source
 }

@@ -24,8 +24,16 @@ var (
 	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
-// Binary is the QEMU system emulator used.
+// Binary is the QEMU system emulator used for amd64 guests.
 var Binary = "qemu-system-x86_64"
+
+// AAVMF firmware files of Debian's qemu-efi-aarch64 (the arm64 OVMF), and
+// the emulator for arm64 guests (qemu-system-arm).
+var (
+	AAVMFCode   = "/usr/share/AAVMF/AAVMF_CODE.fd"
+	AAVMFVars   = "/usr/share/AAVMF/AAVMF_VARS.fd"
+	BinaryARM64 = "qemu-system-aarch64"
+)
 
 // DefaultFailureMarkers end WaitFor early: each means the boot went wrong.
 var DefaultFailureMarkers = []string{
@@ -38,6 +46,11 @@ var DefaultFailureMarkers = []string{
 
 // Config describes a VM.
 type Config struct {
+	// Arch is the guest's architecture: amd64 ("", a q35 PC) or arm64
+	// (the virt machine with the "max" CPU; UEFI is AAVMF, the CD-ROM a
+	// virtio-scsi CD, the console its PL011 UART, ttyAMA0). Both run
+	// under TCG.
+	Arch string
 	// Kernel and Initrd are booted directly (-kernel/-initrd) when Kernel is
 	// set; Append is the kernel command line.
 	Kernel, Initrd, Append string
@@ -151,6 +164,10 @@ func (cfg *Config) Args(varsFile string) []string {
 	if cfg.SecureBoot {
 		machine = "q35,smm=on,accel=tcg"
 	}
+	arm := cfg.Arch == "arm64"
+	if arm {
+		machine = "virt,accel=tcg"
+	}
 	args := []string{
 		"-machine", machine,
 		"-m", fmt.Sprint(mem),
@@ -158,6 +175,9 @@ func (cfg *Config) Args(varsFile string) []string {
 		"-display", "none",
 		"-monitor", "none",
 		"-serial", "stdio",
+	}
+	if arm {
+		args = append(args, "-cpu", "max")
 	}
 	if cfg.NoReboot {
 		args = append(args, "-no-reboot")
@@ -170,6 +190,9 @@ func (cfg *Config) Args(varsFile string) []string {
 	}
 	if cfg.UEFI {
 		code := OVMFCode
+		if arm {
+			code = AAVMFCode
+		}
 		if cfg.SecureBoot {
 			// Only SMM code may write the flash: the OS cannot rewrite
 			// the key variables behind the firmware's back.
@@ -222,7 +245,13 @@ func (cfg *Config) Args(varsFile string) []string {
 		args = append(args, "-drive", fmt.Sprintf("if=none,id=disk%d,format=raw,file=%s", i, d),
 			"-device", fmt.Sprintf("virtio-blk-pci,drive=disk%d%s%s", i, serial, bootIndex(BootFromDisk, i == 0)))
 	}
-	if cfg.CDROM != "" {
+	if cfg.CDROM != "" && arm {
+		// virt has no IDE: the CD is a SCSI CD on virtio-scsi, which
+		// AAVMF and Debian's arm64 kernel drive.
+		args = append(args, "-device", "virtio-scsi-pci,id=scsi0",
+			"-drive", "if=none,id=cd0,media=cdrom,readonly=on,format=raw,file="+cfg.CDROM,
+			"-device", "scsi-cd,drive=cd0,bus=scsi0.0"+bootIndex(BootFromCDROM, true))
+	} else if cfg.CDROM != "" {
 		if cfg.BootFrom == "" {
 			args = append(args, "-drive", "media=cdrom,readonly=on,format=raw,file="+cfg.CDROM)
 		} else {
@@ -265,8 +294,15 @@ func (cfg *Config) Args(varsFile string) []string {
 
 // Start starts QEMU for cfg. The VM stops when ctx ends or Stop is called.
 func Start(ctx context.Context, cfg Config) (*VM, error) {
-	if _, err := exec.LookPath(Binary); err != nil {
+	binary := cfg.Binary()
+	if _, err := exec.LookPath(binary); err != nil {
 		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	if cfg.Arch != "" && cfg.Arch != "amd64" && cfg.Arch != "arm64" {
+		return nil, fmt.Errorf("qemu: guest architecture %q: want amd64 or arm64", cfg.Arch)
+	}
+	if cfg.Arch == "arm64" && (cfg.SecureBoot || cfg.TPMSocket != "") {
+		return nil, errors.New("qemu: Secure Boot and TPM are not set up for arm64 guests")
 	}
 	tmp, err := os.MkdirTemp("", "osb-qemu-")
 	if err != nil {
@@ -284,6 +320,9 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	varsFile := filepath.Join(tmp, "OVMF_VARS.fd")
 	if cfg.UEFI {
 		template := OVMFVars
+		if cfg.Arch == "arm64" {
+			template = AAVMFVars
+		}
 		if cfg.Vars != "" {
 			template = cfg.Vars
 		}
@@ -298,7 +337,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 			return nil, fmt.Errorf("qemu: %w", err)
 		}
 	}
-	vm.cmd = exec.CommandContext(ctx, Binary, cfg.Args(varsFile)...)
+	vm.cmd = exec.CommandContext(ctx, binary, cfg.Args(varsFile)...)
 	vm.cmd.WaitDelay = 5 * time.Second
 	stdout, err := vm.cmd.StdoutPipe()
 	if err != nil {
@@ -314,10 +353,18 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	if err := vm.cmd.Start(); err != nil {
 		vm.cleanup()
-		return nil, fmt.Errorf("qemu: start %s: %w", Binary, err)
+		return nil, fmt.Errorf("qemu: start %s: %w", binary, err)
 	}
 	go vm.pump(stdout)
 	return vm, nil
+}
+
+// Binary is the emulator for the guest's architecture.
+func (cfg *Config) Binary() string {
+	if cfg.Arch == "arm64" {
+		return BinaryARM64
+	}
+	return Binary
 }
 
 func copyFile(src, dst string) error {

@@ -198,3 +198,30 @@ func TestArgsSecureBootTPM(t *testing.T) {
 		t.Errorf("plain UEFI args changed: %s", plain)
 	}
 }
+
+// TestArgsARM64: an arm64 guest is the virt machine with the max CPU,
+// AAVMF and its CD on virtio-scsi, run by qemu-system-aarch64.
+func TestArgsARM64(t *testing.T) {
+	cfg := Config{Arch: "arm64", UEFI: true, Disks: []string{"/d0"}, CDROM: "/c.iso", BootFrom: BootFromCDROM}
+	if got := cfg.Binary(); got != BinaryARM64 {
+		t.Errorf("Binary() = %q, want %q", got, BinaryARM64)
+	}
+	got := strings.Join(cfg.Args("/tmp/vars.fd"), " ")
+	for _, want := range []string{
+		"-machine virt,accel=tcg", "-cpu max",
+		"if=pflash,format=raw,unit=0,readonly=on,file=" + AAVMFCode,
+		"-device virtio-scsi-pci,id=scsi0",
+		"-device scsi-cd,drive=cd0,bus=scsi0.0,bootindex=0",
+		"virtio-blk-pci,drive=disk0,bootindex=1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("args lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "ide-cd") || strings.Contains(got, "q35") {
+		t.Errorf("arm64 args have PC devices:\n%s", got)
+	}
+	if _, err := Start(context.Background(), Config{Arch: "arm64", SecureBoot: true, UEFI: true}); err == nil {
+		t.Error("Start of an arm64 Secure Boot VM succeeded")
+	}
+}
