@@ -181,7 +181,7 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 		// initrd is the root's layers before it (the initrd writer).
 		name: "initrd-noroot", needs: []step.Handover{v.kernel, v.assembled, v.init}, gives: []step.Handover{v.noRoot}, jobs: 1, mem: 1024,
 		step: func() (step.Step, error) {
-			s := rootfs.NewInitrd(v.kernel.Get(), v.assembled.Get(), v.init.Get(), modules, b.epoch)
+			s := rootfs.NewInitrd(v.kernel.Get(), v.assembled.Get(), v.init.Get(), modules, b.cmdline(), b.epoch)
 			return bytesMetered{Step: s, total: func() int64 {
 				return progress.DirSize(v.kernel.Get().Modules()) + progress.DirSize(v.init.Get())
 			}}, nil

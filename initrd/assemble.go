@@ -45,6 +45,10 @@ type AssembleOptions struct {
 	Files []string
 	// FilesRoot is the tree Files come from; "" means RootFS.
 	FilesRoot string
+	// Cmdline is the image's own kernel command line, written to
+	// layout.CmdlinePath (at most layout.MaxCmdline bytes) when not empty;
+	// the init merges it with the loader's (docs/cmdline.md).
+	Cmdline string
 	// SourceDateEpoch is every entry's mtime.
 	SourceDateEpoch int64
 	// Compression; "" means CompressionZstd.
@@ -162,6 +166,14 @@ func assembleArchive(opts AssembleOptions) (*Archive, error) {
 			defer root.Close()
 		}
 		if err := addFiles(a, root, opts.Files); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Cmdline != "" {
+		if len(opts.Cmdline)+1 > layout.MaxCmdline {
+			return nil, fmt.Errorf("initrd: command line of %d bytes, more than %d", len(opts.Cmdline), layout.MaxCmdline-1)
+		}
+		if err := a.AddFile(layout.CmdlinePath, 0o644, []byte(opts.Cmdline+"\n")); err != nil {
 			return nil, err
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
-const initrdVersion = "3"
+const initrdVersion = "4" // 4: the image's command line (layout.CmdlinePath)
 
 // liftModules copies the modules names need (dependencies first) and the
 // module index files out of the image tree into a small tree of the same
@@ -57,14 +57,29 @@ type initrdStep struct {
 	assembled string // assemble step output (the init's tools)
 	init      string
 	modules   []string
+	cmdline   string // the osb.* words of the image's command line
 	epoch     int64
 }
 
-// NewInitrd is the step that packs the init, the kernel's modules and the
-// init's tools (from the assemble step's output) into the initrd without
-// root.
-func NewInitrd(k step.Kernel, a step.Assembled, init string, modules []string, epoch int64) step.Step {
-	return &initrdStep{kernel: k.Dir, assembled: a.Dir, init: init, modules: modules, epoch: epoch}
+// NewInitrd is the step that packs the init, the kernel's modules, the
+// init's tools (from the assemble step's output) and the osb.* words of
+// the image's kernel command line cmdline (InitrdCmdline) into the initrd
+// without root.
+func NewInitrd(k step.Kernel, a step.Assembled, init string, modules []string, cmdline string, epoch int64) step.Step {
+	return &initrdStep{kernel: k.Dir, assembled: a.Dir, init: init, modules: modules, cmdline: InitrdCmdline(cmdline), epoch: epoch}
+}
+
+// InitrdCmdline is what the initrd carries of the image's kernel command
+// line: its osb.* words, the ones the init reads (the kernel and systemd
+// read only what the loader passes).
+func InitrdCmdline(cmdline string) string {
+	var words []string
+	for _, w := range strings.Fields(cmdline) {
+		if strings.HasPrefix(w, "osb.") {
+			words = append(words, w)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // Initrd is the initrd in the initrd-noroot step's output out.
@@ -90,6 +105,7 @@ func (s *initrdStep) Inputs() (cache.Inputs, error) {
 	}
 	in.AddDigest("tools", d)
 	in.Add("module-names", strings.Join(s.modules, ","))
+	in.Add("cmdline", s.cmdline)
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
 	return in, nil
 }
@@ -110,6 +126,7 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 		Modules:         s.modules,
 		Files:           strings.Fields(string(list)),
 		FilesRoot:       filepath.Join(s.assembled, step.InitrdFiles),
+		Cmdline:         s.cmdline,
 		SourceDateEpoch: s.epoch,
 		Output:          filepath.Join(out, step.InitrdFile),
 	})

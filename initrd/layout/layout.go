@@ -18,6 +18,15 @@ const (
 	// builder decompresses them, so the kernel needs no module
 	// decompression support.
 	ModuleListPath = "/etc/osb-init/modules"
+	// CmdlinePath holds the osb.* words of the image's own kernel command
+	// line (the builder's cmdline file), one line. The init merges them
+	// with /proc/cmdline, the loader's words winning key by key, so a
+	// loader with a command line of its own (boot-operator's iPXE script)
+	// keeps the image's persisted paths and policies (docs/cmdline.md).
+	CmdlinePath = "/etc/osb-init/cmdline"
+	// MaxCmdline bounds the file: the largest kernel command line of any
+	// architecture the builder targets (arm64's COMMAND_LINE_SIZE).
+	MaxCmdline = 4096
 	// SysrootDir is where the final root is assembled before switching:
 	// the builder creates the directory, the init mounts on it.
 	SysrootDir = "/sysroot"

@@ -2,7 +2,9 @@ package pid1
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"path"
 	"strconv"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/initrd/disk"
+	"github.com/ironcore-dev/os-builder/initrd/layout"
+	"github.com/ironcore-dev/os-builder/internal/boundedfile"
 )
 
 // Mode is what the init does with the OS (docs/cmdline.md, osb.mode).
@@ -142,6 +146,59 @@ func SplitCmdline(s string) []string {
 		out = append(out, strings.TrimSuffix(cur.String(), " "))
 	}
 	return out
+}
+
+// isOSBWord says whether a command line word is an osb.* parameter.
+func isOSBWord(w string) bool { return strings.HasPrefix(w, "osb.") }
+
+// cmdlineKey is a word's key: what comes before its first "=".
+func cmdlineKey(w string) string {
+	k, _, _ := strings.Cut(w, "=")
+	return k
+}
+
+// MergeCmdline returns the command line the init obeys, made of the
+// image's own (the osb.* words of layout.CmdlinePath, which the builder
+// writes into every initrd) and the loader's (/proc/cmdline): first the
+// image's osb.* words whose key the loader's line does not name, then
+// the loader's line unchanged. So for every key the loader's value wins,
+// and a key only the image names keeps the image's value; the image's
+// other words (none, as the builder writes it) are ignored. image holds
+// the image's words that were kept, for the console.
+func MergeCmdline(own, loader string) (merged string, image []string) {
+	named := map[string]bool{}
+	for _, w := range SplitCmdline(loader) {
+		named[cmdlineKey(w)] = true
+	}
+	var quoted []string
+	for _, w := range SplitCmdline(own) {
+		if !isOSBWord(w) || named[cmdlineKey(w)] {
+			continue
+		}
+		image = append(image, w)
+		if strings.ContainsAny(w, " \t\n\r") { // as SplitCmdline read it
+			w = `"` + w + `"`
+		}
+		quoted = append(quoted, w)
+	}
+	if len(quoted) == 0 {
+		return loader, nil
+	}
+	return strings.Join(quoted, " ") + " " + loader, image
+}
+
+// readImageCmdline reads the image's own command line from the initrd:
+// "" when the initrd has none (an initrd of an older builder), an error
+// when it is not a regular file or longer than layout.MaxCmdline.
+func readImageCmdline(path string) (string, error) {
+	b, err := boundedfile.Read(path, layout.MaxCmdline)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("the image's command line: %w", err)
+	}
+	return string(b), nil
 }
 
 // ParseCmdline parses the osb.* parameters of a kernel command line

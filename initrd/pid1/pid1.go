@@ -51,7 +51,7 @@ const logPrefix = "osb-init: "
 
 type initProcess struct {
 	debug   bool
-	cmdline string      // the raw kernel command line
+	cmdline string      // the kernel command line merged with the image's own (MergeCmdline)
 	onFatal FatalPolicy // osb.fatal, once the command line is read
 }
 
@@ -143,13 +143,26 @@ func (i *initProcess) run() error {
 	if err != nil {
 		return fmt.Errorf("read kernel command line: %w", err)
 	}
-	i.cmdline = string(raw)
-	cfg, err := ParseCmdline(i.cmdline)
-	i.onFatal = cfg.Fatal // a bad command line follows osb.fatal too
+	own, err := readImageCmdline(layout.CmdlinePath)
 	if err != nil {
 		return err
 	}
+	var fromImage []string
+	i.cmdline, fromImage = MergeCmdline(own, string(raw))
+	cfg, err := ParseCmdline(i.cmdline)
+	i.onFatal = cfg.Fatal // a bad command line follows osb.fatal too
+	if err != nil {
+		if len(fromImage) > 0 {
+			err = fmt.Errorf("%w (with %s from the image's %s)", err, strings.Join(fromImage, " "), layout.CmdlinePath)
+		}
+		return err
+	}
 	i.debug = cfg.Debug
+	if len(fromImage) > 0 {
+		// The loader named none of these keys: a loader with a command
+		// line of its own (boot-operator's iPXE script) keeps them.
+		i.logf("command line: %s from the image (%s)", strings.Join(fromImage, " "), layout.CmdlinePath)
+	}
 	cfg.ResolveRoot(initrdRoot() != "")
 	i.logf("starting: mode=%s root=%s", cfg.Mode, cfg.Root)
 
