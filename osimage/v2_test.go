@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -251,7 +252,7 @@ func TestReadIndexIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.Default != osimage.BootUEFIHTTP || strings.Join([]string{string(id.Methods[0]), string(id.Methods[1])}, ",") != "uefi-http,disk" ||
+	if id.Default != osimage.BootUEFIHTTP || fmt.Sprint(id.Methods) != "[uefi-http pxe disk]" ||
 		!strings.HasPrefix(id.Preferred, "IronCore Image V2 only") || len(id.Initrds()) != 2 || id.Cmdline != osimagetest.Cmdline {
 		t.Errorf("V2-only identity %+v", id)
 	}

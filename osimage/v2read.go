@@ -32,7 +32,7 @@ func V2KindOf(mf *v1.Manifest) (V2Kind, bool, error) {
 
 // readV2Identity reads the boot identity of one V2 manifest: the EFI
 // kind's executable is the UKI uefi-http boots, the UKI kind's kernel and
-// (when there is one) initrd are what pxe boots, the Disk kind declares
+// initrds are what pxe boots, the Disk kind declares
 // disk boot (its qcow2 is no raw disk an installer writes: it is not
 // mapped to the disk artifact).
 func readV2Identity(img v1.Image, mf *v1.Manifest, kind V2Kind) (*BootIdentity, error) {
@@ -76,9 +76,9 @@ func readV2Identity(img v1.Image, mf *v1.Manifest, kind V2Kind) (*BootIdentity, 
 	case V2EFI:
 		id.Methods = []BootMethod{BootUEFIHTTP}
 	case V2UKI:
-		if len(id.initrds) == 1 {
-			id.Methods = []BootMethod{BootPXE}
-		}
+		// Declared with any number of initrds: Supports says why a reader
+		// that boots one initrd cannot take several.
+		id.Methods = []BootMethod{BootPXE}
 	case V2Disk:
 		id.Methods = []BootMethod{BootDisk}
 	}

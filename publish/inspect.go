@@ -22,9 +22,14 @@ type Inspection struct {
 	Referrers []Referrer `json:"referrers,omitempty"`
 }
 
-// InspectedManifest is one architecture's image and its boot identity.
+// KindV1 is InspectedManifest.Kind of a v1 manifest (every artifact in
+// one manifest); V2 manifests have their kind (UKI, EFI, Disk).
+const KindV1 = "v1"
+
+// InspectedManifest is one manifest of the index and its boot identity.
 type InspectedManifest struct {
 	Platform     string                `json:"platform,omitempty"`
+	Kind         string                `json:"kind"`
 	Digest       string                `json:"digest"`
 	ArtifactType string                `json:"artifactType,omitempty"`
 	Recipe       string                `json:"recipe,omitempty"`
@@ -66,6 +71,7 @@ func Inspect(ctx context.Context, ref string, opts Options) (*Inspection, error)
 			return nil, err
 		}
 		im := InspectedManifest{
+			Kind:         p.kind(),
 			Digest:       p.desc.Digest.String(),
 			ArtifactType: id.ArtifactType,
 			Recipe:       id.Recipe,
@@ -118,7 +124,7 @@ func WriteInspection(w io.Writer, ins *Inspection, asJSON bool) error {
 	fmt.Fprintf(tw, "Media type:\t%s\n", ins.MediaType)
 	for _, m := range ins.Manifests {
 		fmt.Fprintf(tw, "\nPlatform:\t%s\n", orDash(m.Platform))
-		fmt.Fprintf(tw, "  Manifest:\t%s\n", m.Digest)
+		fmt.Fprintf(tw, "  Manifest:\t%s (%s)\n", m.Digest, m.Kind)
 		fmt.Fprintf(tw, "  Artifact type:\t%s\n", orDash(m.ArtifactType))
 		fmt.Fprintf(tw, "  Recipe:\t%s\n", orDash(strings.TrimSpace(m.Recipe+" "+m.Version)))
 		fmt.Fprintf(tw, "  Created:\t%s\n", orDash(m.Created))

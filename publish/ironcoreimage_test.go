@@ -69,8 +69,8 @@ func ironcoreImageBinary(t *testing.T) string {
 	return bin
 }
 
-// TestIronCoreImageReadsPushed pushes an image with `builder push` and
-// reads it back with ironcore-image v0.5.0 (IronCore's own client of the
+// TestIronCoreImageReadsPushed pushes an image with `builder push` (v1
+// and V2 in one index) and reads it back with ironcore-image v0.5.0 (IronCore's own client of the
 // format boot-operator consumes): `pull` resolves the index to our
 // linux/amd64 manifest and stores it, and `inspect` shows its platform,
 // layers (media types, digests, sizes) and the config's commandLine as we
@@ -94,11 +94,13 @@ func TestIronCoreImageReadsPushed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ins.Digest != digest || len(ins.Manifests) != 1 {
+	// The v1 manifest first, then the three V2 kinds of the platform.
+	if ins.Digest != digest || len(ins.Manifests) != 4 || ins.Manifests[0].Kind != publish.KindV1 {
 		t.Fatalf("pushed %s, inspect says %+v", digest, ins)
 	}
 	// pull resolves the index to the host's platform, as boot-operator
-	// does, and stores that manifest under the tag.
+	// does, and stores that manifest under the tag: the v1 manifest, the
+	// first of linux/amd64, the V2 manifests after it unseen.
 	want := ins.Manifests[0].Digest
 	if pulled := ironcoreImage("pull", ref); !strings.Contains(string(pulled), strings.TrimPrefix(want, "sha256:")) {
 		t.Errorf("pull says %q, want our linux/amd64 manifest %s", pulled, want)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -178,23 +179,58 @@ func resolve(ctx context.Context, ref string, opts Options) (*resolved, error) {
 	return r, nil
 }
 
-// pick chooses the image for arch; empty arch means the only one.
-func (r *resolved) pick(arch string) (platformImage, error) {
+// kind is the manifest's kind: KindV1, or its IronCore Image V2 kind.
+func (p platformImage) kind() string {
+	mf, err := p.img.Manifest()
+	if err != nil {
+		return KindV1
+	}
+	if k, isV2, _ := osimage.V2KindOf(mf); isV2 {
+		return string(k)
+	}
+	return KindV1
+}
+
+// pick chooses the manifests of arch (empty: the only architecture) of
+// kind (empty: the v1 manifest where there is one, else every V2 kind).
+func (r *resolved) pick(arch, kind string) ([]platformImage, error) {
 	var archs []string
 	for _, p := range r.images {
-		if arch != "" && p.arch() == arch {
-			return p, nil
+		if !slices.Contains(archs, p.arch()) {
+			archs = append(archs, p.arch())
 		}
-		archs = append(archs, p.arch())
-	}
-	if arch == "" && len(r.images) == 1 {
-		return r.images[0], nil
 	}
 	sort.Strings(archs)
 	if arch == "" {
-		return platformImage{}, fmt.Errorf("%s has several architectures (%s): choose one", r.ref, strings.Join(archs, ", "))
+		if len(archs) != 1 {
+			return nil, fmt.Errorf("%s has several architectures (%s): choose one", r.ref, strings.Join(archs, ", "))
+		}
+		arch = archs[0]
 	}
-	return platformImage{}, fmt.Errorf("%s has no %s image (it has %s)", r.ref, arch, strings.Join(archs, ", "))
+	var ofArch []platformImage
+	var kinds []string
+	for _, p := range r.images {
+		if p.arch() == arch {
+			ofArch = append(ofArch, p)
+			kinds = append(kinds, p.kind())
+		}
+	}
+	if len(ofArch) == 0 {
+		return nil, fmt.Errorf("%s has no %s image (it has %s)", r.ref, arch, strings.Join(archs, ", "))
+	}
+	want := kind
+	if want == "" {
+		want = KindV1
+		if !slices.Contains(kinds, KindV1) {
+			return ofArch, nil // V2 only: every kind
+		}
+	}
+	for _, p := range ofArch {
+		if p.kind() == want {
+			return []platformImage{p}, nil
+		}
+	}
+	return nil, fmt.Errorf("%s has no %s manifest for %s (it has %s)", r.ref, want, arch, strings.Join(kinds, ", "))
 }
 
 // Pull fetches the artifacts of ref (the image for opts.Arch) into destDir,
@@ -206,33 +242,18 @@ func Pull(ctx context.Context, ref, destDir string, opts Options) (*osimage.Buil
 	if err != nil {
 		return nil, err
 	}
-	p, err := r.pick(opts.Arch)
+	picked, err := r.pick(opts.Arch, opts.Kind)
 	if err != nil {
 		return nil, err
-	}
-	mf, err := p.img.Manifest()
-	if err != nil {
-		return nil, fmt.Errorf("read manifest of %s: %w", r.ref, err)
 	}
 	if err := os.MkdirAll(destDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", destDir, err)
 	}
 	pulled := map[string]v1.Descriptor{}
-	for _, d := range mf.Layers {
-		title := d.Annotations[osimage.AnnotationTitle]
-		if title == "" {
-			continue
-		}
-		if filepath.Base(title) != title || !filepath.IsLocal(title) {
-			return nil, fmt.Errorf("layer %s: title %q is not a plain file name", d.Digest, title)
-		}
-		if _, dup := pulled[title]; dup {
-			return nil, fmt.Errorf("two layers titled %q", title)
-		}
-		if err := pullLayer(ctx, p.img, d, filepath.Join(destDir, title)); err != nil {
+	for _, p := range picked {
+		if err := pullImage(ctx, r.ref, p, destDir, pulled); err != nil {
 			return nil, err
 		}
-		pulled[title] = d
 	}
 	if _, ok := pulled[osimage.ManifestFile]; !ok {
 		return nil, nil
@@ -252,6 +273,35 @@ func Pull(ctx context.Context, ref, destDir string, opts Options) (*osimage.Buil
 		}
 	}
 	return bm, nil
+}
+
+// pullImage writes the titled layers of one manifest into destDir; pulled
+// collects what every manifest pulled wrote, so no two write one file.
+func pullImage(ctx context.Context, ref string, p platformImage, destDir string, pulled map[string]v1.Descriptor) error {
+	mf, err := p.img.Manifest()
+	if err != nil {
+		return fmt.Errorf("read manifest of %s: %w", ref, err)
+	}
+	if _, _, err := osimage.V2KindOf(mf); err != nil {
+		return fmt.Errorf("%s: manifest %s: %w", ref, p.desc.Digest, err)
+	}
+	for _, d := range mf.Layers {
+		title := d.Annotations[osimage.AnnotationTitle]
+		if title == "" {
+			continue
+		}
+		if filepath.Base(title) != title || !filepath.IsLocal(title) {
+			return fmt.Errorf("layer %s: title %q is not a plain file name", d.Digest, title)
+		}
+		if _, dup := pulled[title]; dup {
+			return fmt.Errorf("two layers titled %q", title)
+		}
+		if err := pullLayer(ctx, p.img, d, filepath.Join(destDir, title)); err != nil {
+			return err
+		}
+		pulled[title] = d
+	}
+	return nil
 }
 
 func pullLayer(ctx context.Context, img v1.Image, d v1.Descriptor, dest string) error {

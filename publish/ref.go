@@ -42,6 +42,12 @@ type Options struct {
 	Tags []string
 	// Arch selects the platform for Pull; empty means the only one.
 	Arch string
+	// Kind selects the manifest Pull takes of the platform: "v1", or an
+	// IronCore Image V2 kind (UKI, EFI, Disk); empty means the v1
+	// manifest where there is one, else every V2 kind.
+	Kind string
+	// NoV2 makes Push publish the v1 manifests alone (builder push --no-v2).
+	NoV2 bool
 	// Provenance is recorded in the provenance Push attaches to a
 	// registry push.
 	Provenance Provenance

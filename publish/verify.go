@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -96,7 +97,8 @@ func FetchAttestations(ctx context.Context, ref string, opts Options) (*Attested
 // directories dirs, and, for a registry, that the SBOM and provenance are
 // attached and describe it. Images are reproducible, so the index digest
 // computed from dirs (from their manifest.json digests; no artifact is
-// read) must equal the pushed one: any manifest, config or layer that
+// read but the initrd and disk the V2 layers are cut and converted from)
+// must equal the pushed one: any manifest, config or layer that
 // differs shows, and is named. It returns the inspection of ref.
 func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Inspection, error) {
 	if len(dirs) == 0 {
@@ -106,7 +108,10 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 	if err != nil {
 		return nil, err
 	}
-	local, err := osimage.NewIndexFromDirs(dirs...)
+	// A push with --no-v2 holds no V2 manifest; with V2, every one must
+	// be there and be the same.
+	hasV2 := slices.ContainsFunc(ins.Manifests, func(m InspectedManifest) bool { return m.Kind != KindV1 })
+	local, err := osimage.NewIndexOf(osimage.IndexOptions{NoV2: !hasV2}, dirs...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +200,7 @@ func layerDiff(ins *Inspection, dirs []string) string {
 		}
 		var im *InspectedManifest
 		for i := range ins.Manifests {
-			if strings.HasSuffix(ins.Manifests[i].Platform, "/"+m.Architecture) {
+			if ins.Manifests[i].Kind == KindV1 && strings.HasSuffix(ins.Manifests[i].Platform, "/"+m.Architecture) {
 				im = &ins.Manifests[i]
 			}
 		}

@@ -35,7 +35,8 @@ func newPush(stdout, _ io.Writer) *cobra.Command {
 		Use:   "push OUTPUT [REF]",
 		Short: "Publish a build output as an OCI image index (default: the OCI layout out/oci)",
 		Long: `Push publishes OUTPUT (a directory written by 'builder build') with its
-boot identity. REF is a registry reference (registry/repo:tag) or oci:PATH[:TAG]
+boot identity: per architecture the v1 manifest, then the IronCore Image V2
+kinds (UKI, EFI, Disk; --no-v2 leaves them out). REF is a registry reference (registry/repo:tag) or oci:PATH[:TAG]
 for a local OCI layout; without REF it goes to oci:out/oci:<version>.
 Credentials come from the docker config and the environment, never from flags.`,
 		Args: icli.RangeArgs(1, 2),
@@ -73,6 +74,7 @@ Credentials come from the docker config and the environment, never from flags.`,
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	c.Flags().StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
+	c.Flags().BoolVar(&opts.NoV2, "no-v2", false, "publish the v1 manifest alone, without the IronCore Image V2 kinds (as the recipe's imageV2: false)")
 	icli.JSONFlag(c, &asJSON)
 	// Recorded in the provenance attached to registry pushes.
 	c.Flags().StringVar(&opts.Provenance.Recipe, "recipe", "", "provenance: the recipe file built (its sha256 is recorded)")

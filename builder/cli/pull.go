@@ -30,7 +30,8 @@ func newPull(stdout, stderr io.Writer) *cobra.Command {
 or oci:PATH[:TAG]) under its title into DIR, which must be new or empty.
 Every file is checked against its layer digest while it is written, then
 against the image's manifest.json. An index with several architectures
-needs --arch.`,
+needs --arch. Of an index with v1 and IronCore Image V2 manifests the v1
+one is pulled unless --kind names a V2 kind.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := args[1]
@@ -62,6 +63,7 @@ needs --arch.`,
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	c.Flags().StringVar(&opts.Arch, "arch", "", "architecture to pull from a multi-architecture index (amd64, arm64)")
+	c.Flags().StringVar(&opts.Kind, "kind", "", "manifest to pull: v1, or an IronCore Image V2 kind (UKI, EFI, Disk); default v1 where there is one, else every V2 kind")
 	icli.JSONFlag(c, &asJSON)
 	return c
 }
