@@ -90,6 +90,16 @@ type Options struct {
 	// + a task monitor, completing after TaskPolls polls; the media shows
 	// as inserted only then.
 	AsyncInsert bool
+	// InstructionSet is what the system's CPU reports in its Processor
+	// resource (Systems/1/Processors/CPU1): "x86-64" (default), "ARM-A64",
+	// any Redfish InstructionSet value.
+	InstructionSet string
+	// NoInstructionSet leaves InstructionSet (optional in the DMTF
+	// Processor schema) out of the CPU.
+	NoInstructionSet bool
+	// EmptySocketFirst lists an empty CPU socket (Status.State Absent,
+	// nothing else) before the populated one, as bmcweb does.
+	EmptySocketFirst bool
 	// OnBoot is called, outside the emulator's lock, whenever the system
 	// boots (power on, restart, power cycle).
 	OnBoot func(BootEvent)
@@ -161,6 +171,9 @@ func New(opts Options) *Emulator {
 	}
 	if opts.Manufacturer == "" {
 		opts.Manufacturer = "Contoso"
+	}
+	if opts.InstructionSet == "" {
+		opts.InstructionSet = "x86-64"
 	}
 	e := &Emulator{
 		opts:     opts,

@@ -61,6 +61,8 @@ func (e *Emulator) routes() {
 		writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Systems", "/redfish/v1/Systems/1"))
 	})
 	m.HandleFunc("GET /redfish/v1/Systems/1", e.getSystem)
+	m.HandleFunc("GET /redfish/v1/Systems/1/Processors", e.getProcessors)
+	m.HandleFunc("GET /redfish/v1/Systems/1/Processors/{id}", e.getProcessor)
 	m.HandleFunc("PATCH /redfish/v1/Systems/1", e.patchSystem)
 	m.HandleFunc("POST /redfish/v1/Systems/1/Actions/ComputerSystem.Reset", e.reset)
 	m.HandleFunc("GET /redfish/v1/Managers", func(w http.ResponseWriter, r *http.Request) {

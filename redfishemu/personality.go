@@ -94,6 +94,22 @@ var Personalities = []Personality{
 	{Name: "once-only", Source: "DMTF Redfish ComputerSystem schema (BootSourceOverrideEnabled allowable values are per implementation); docs/boot-driver.md vendor quirks",
 		Knobs: Options{NoContinuous: true, OnceAsContinuous: true}},
 
+	// openbmc/bmcweb redfish-core/lib/processor.hpp: a CPU whose
+	// Manufacturer names Ampere is reported with ProcessorArchitecture ARM
+	// and InstructionSet ARM-A64 (Ampere Altra / AmpereOne servers, the
+	// Mt. Jade / Mt. Mitchell reference BMCs run OpenBMC); a CPU that is
+	// not present is Status.State Absent. An arm64 server: the driver
+	// boots the image's arm64 build.
+	{Name: "openbmc-ampere", Source: "openbmc/bmcweb redfish-core/lib/processor.hpp (Ampere CPUs: ProcessorArchitecture ARM, InstructionSet ARM-A64; absent CPUs: Status.State Absent)",
+		Knobs: Options{InstructionSet: "ARM-A64", EmptySocketFirst: true}},
+
+	// DMTF Processor schema: InstructionSet is optional, and
+	// ComputerSystem.ProcessorSummary carries Count and Model but no
+	// instruction set. A server whose BMC says nothing: the driver boots an
+	// image's only build, and refuses an image with several (--arch says).
+	{Name: "no-instruction-set", Source: "DMTF Redfish Processor schema (InstructionSet optional); ComputerSystem ProcessorSummary (no InstructionSet)",
+		Knobs: Options{NoInstructionSet: true}},
+
 	// Redfish specification DSP0266 "Asynchronous operations": a
 	// long-running action answers 202 Accepted with a task monitor in
 	// Location (DMTF public-rackmount1 TaskService). Reset and media
@@ -127,6 +143,9 @@ func (p Personality) Quirks() string {
 		{k.SessionRequests > 0, fmt.Sprintf("sessions expire after %d requests", k.SessionRequests)},
 		{k.EjectNeedsBody, "EjectMedia needs a JSON body"},
 		{k.AsyncInsert, "InsertMedia via 202 task"},
+		{k.InstructionSet != "" && k.InstructionSet != "x86-64", "CPUs report " + k.InstructionSet},
+		{k.EmptySocketFirst, "an empty CPU socket listed first"},
+		{k.NoInstructionSet, "CPUs report no InstructionSet"},
 	} {
 		if c.on {
 			q = append(q, c.what)
@@ -173,6 +192,9 @@ func (p Personality) Apply(o *Options) {
 	if k.TaskPolls != 0 {
 		o.TaskPolls = k.TaskPolls
 	}
+	if k.InstructionSet != "" {
+		o.InstructionSet = k.InstructionSet
+	}
 	for _, f := range []struct{ from, to *bool }{
 		{&k.RequireIfMatch, &o.RequireIfMatch},
 		{&k.InsertRequiresEject, &o.InsertRequiresEject},
@@ -189,6 +211,8 @@ func (p Personality) Apply(o *Options) {
 		{&k.NoSessionService, &o.NoSessionService},
 		{&k.AsyncInsert, &o.AsyncInsert},
 		{&k.EjectNeedsBody, &o.EjectNeedsBody},
+		{&k.NoInstructionSet, &o.NoInstructionSet},
+		{&k.EmptySocketFirst, &o.EmptySocketFirst},
 	} {
 		*f.to = *f.to || *f.from
 	}

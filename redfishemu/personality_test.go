@@ -303,3 +303,45 @@ func TestPersonalityAsync(t *testing.T) {
 		t.Errorf("resets %d", e.Resets())
 	}
 }
+
+// TestPersonalityProcessors: the system links its Processors; the CPU
+// reports the personality's InstructionSet (x86-64 by default), an empty
+// socket only its Absent state.
+func TestPersonalityProcessors(t *testing.T) {
+	for _, tc := range []struct {
+		personality string
+		members     []string
+		set         any // the present CPU's InstructionSet (nil: absent)
+	}{
+		{"dmtf-rackmount", []string{"CPU1"}, "x86-64"},
+		{"openbmc-ampere", []string{"CPU0", "CPU1"}, "ARM-A64"},
+		{"no-instruction-set", []string{"CPU1"}, nil},
+	} {
+		t.Run(tc.personality, func(t *testing.T) {
+			_, c := newRaw(t, personality(t, tc.personality))
+			if _, _, sys := c.do("GET", "/redfish/v1/Systems/1", nil); sys["Processors"] == nil {
+				t.Fatal("system links no Processors")
+			}
+			_, _, coll := c.do("GET", "/redfish/v1/Systems/1/Processors", nil)
+			ms, _ := coll["Members"].([]any)
+			if len(ms) != len(tc.members) {
+				t.Fatalf("members %v, want %v", ms, tc.members)
+			}
+			for i, id := range tc.members {
+				if got := ms[i].(map[string]any)["@odata.id"]; got != "/redfish/v1/Systems/1/Processors/"+id {
+					t.Errorf("member %d is %v, want %s", i, got, id)
+				}
+				code, _, p := c.do("GET", "/redfish/v1/Systems/1/Processors/"+id, nil)
+				state := p["Status"].(map[string]any)["State"]
+				switch {
+				case code != 200 || p["ProcessorType"] != "CPU":
+					t.Errorf("%s: %d %v", id, code, p)
+				case id == "CPU0" && (state != "Absent" || p["InstructionSet"] != nil):
+					t.Errorf("empty socket %v, want Absent without InstructionSet", p)
+				case id == "CPU1" && (state != "Enabled" || p["InstructionSet"] != tc.set):
+					t.Errorf("CPU %v, want Enabled with InstructionSet %v", p, tc.set)
+				}
+			}
+		})
+	}
+}

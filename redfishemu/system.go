@@ -29,7 +29,11 @@ func (e *Emulator) getSystem(w http.ResponseWriter, r *http.Request) {
 			"target":                            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
 			"ResetType@Redfish.AllowableValues": []string{"On", "ForceOff", "ForceRestart", "GracefulShutdown", "PowerCycle"},
 		}},
-		"Links": obj{"ManagedBy": []obj{link("/redfish/v1/Managers/1")}},
+		"Links":      obj{"ManagedBy": []obj{link("/redfish/v1/Managers/1")}},
+		"Processors": link("/redfish/v1/Systems/1/Processors"),
+		// The DMTF schema's ProcessorSummary has no InstructionSet: a
+		// client reads the Processors members for it.
+		"ProcessorSummary": obj{"Count": 1},
 	}
 	if e.opts.MediaUnderSystem && !e.opts.NoVirtualMedia {
 		body["VirtualMedia"] = link(e.mediaCollection())
@@ -209,6 +213,44 @@ func (e *Emulator) getManager(w http.ResponseWriter, r *http.Request) {
 		"Manufacturer": e.opts.Manufacturer, "ManagerType": "BMC"}
 	if !e.opts.NoVirtualMedia && !e.opts.MediaUnderSystem {
 		body["VirtualMedia"] = link(e.mediaCollection())
+	}
+	writeJSON(w, http.StatusOK, "", body)
+}
+
+// processorIDs are the members of Systems/1/Processors.
+func (e *Emulator) processorIDs() []string {
+	if e.opts.EmptySocketFirst {
+		return []string{"CPU0", "CPU1"}
+	}
+	return []string{"CPU1"}
+}
+
+func (e *Emulator) getProcessors(w http.ResponseWriter, r *http.Request) {
+	var ms []string
+	for _, id := range e.processorIDs() {
+		ms = append(ms, "/redfish/v1/Systems/1/Processors/"+id)
+	}
+	writeJSON(w, http.StatusOK, "", collection("/redfish/v1/Systems/1/Processors", ms...))
+}
+
+// getProcessor serves the CPU (and the empty socket before it): type,
+// status and the instruction set the personality reports.
+func (e *Emulator) getProcessor(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !slices.Contains(e.processorIDs(), id) {
+		writeError(w, http.StatusNotFound, "Base.1.0.ResourceMissingAtURI", "no processor "+id)
+		return
+	}
+	body := obj{"@odata.id": "/redfish/v1/Systems/1/Processors/" + id, "@odata.type": "#Processor.v1_18_0.Processor", "Id": id, "Name": "Processor",
+		"ProcessorType": "CPU"}
+	if id == "CPU0" {
+		body["Status"] = obj{"State": "Absent"}
+		writeJSON(w, http.StatusOK, "", body)
+		return
+	}
+	body["Status"] = obj{"State": "Enabled", "Health": "OK"}
+	if !e.opts.NoInstructionSet {
+		body["InstructionSet"] = e.opts.InstructionSet
 	}
 	writeJSON(w, http.StatusOK, "", body)
 }

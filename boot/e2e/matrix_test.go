@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -49,10 +49,19 @@ var matrixPolicies = []boot.Policy{boot.NetworkBootOnce, boot.NetworkBootAlways,
 // (its default first), which auto walks.
 var matrixImageOrder = []osimage.BootMethod{osimage.BootUEFIHTTP, osimage.BootPXE, osimage.BootVirtualMedia, osimage.BootDisk}
 
+// matrixArchs are the builds of the matrix image: one index, a manifest
+// per architecture, each with blobs of its own.
+var matrixArchs = []string{"amd64", "arm64"}
+
 // outcome is what a cell must show.
 type outcome struct {
 	// refusal, when set, is what the CLI's error must name (exit 3).
 	refusal string
+	// arch is the image build that boots: the server's architecture
+	// (empty where the BMC reports none).
+	arch string
+	// set is the InstructionSet the personality's CPUs report.
+	set string
 	// method is the method that boots (auto resolved).
 	method osimage.BootMethod
 	// target is the boot target the emulated system boots ("Hdd" without
@@ -71,6 +80,15 @@ func expect(method string, p redfishemu.Personality, policy boot.Policy) outcome
 	var o redfishemu.Options
 	p.Apply(&o)
 	cd := o.CdBootTarget()
+	// The architecture comes first: without it there is no build to plan.
+	set := cmp.Or(o.InstructionSet, "x86-64")
+	if o.NoInstructionSet {
+		return outcome{refusal: "the server's architecture is unknown (the BMC reports no InstructionSet for the system's CPUs) and image"}
+	}
+	arch, err := boot.ArchitectureOf(set)
+	if err != nil {
+		panic(err) // a personality the matrix does not know
+	}
 	allowed := func(m osimage.BootMethod) bool {
 		switch m {
 		case osimage.BootUEFIHTTP:
@@ -92,13 +110,13 @@ func expect(method string, p redfishemu.Personality, policy boot.Policy) outcome
 	// The capability check comes first, whatever the policy: an explicit
 	// method the BMC cannot do is refused, never replaced.
 	if !allowed(m) {
-		return outcome{refusal: map[osimage.BootMethod]string{osimage.BootUEFIHTTP: "UefiHttp", osimage.BootVirtualMedia: "virtual media"}[m]}
+		return outcome{arch: arch, set: set, refusal: map[osimage.BootMethod]string{osimage.BootUEFIHTTP: "UefiHttp", osimage.BootVirtualMedia: "virtual media"}[m]}
 	}
 	if policy == boot.None {
 		// No override, no media: a plain power-on.
-		return outcome{method: m, target: "Hdd", after: "Disabled None"}
+		return outcome{arch: arch, set: set, method: m, target: "Hdd", after: "Disabled None"}
 	}
-	out := outcome{method: m}
+	out := outcome{arch: arch, set: set, method: m}
 	switch m {
 	case osimage.BootUEFIHTTP:
 		out.target, out.fetches = "UefiHttp", true
@@ -123,43 +141,58 @@ func expect(method string, p redfishemu.Personality, policy boot.Policy) outcome
 }
 
 func (o outcome) String() string {
-	if o.refusal != "" {
+	switch {
+	case o.arch == "":
+		return "refused: architecture unknown"
+	case o.refusal != "":
 		return "refused: no " + o.refusal
 	}
 	return "boots " + o.target
 }
 
-// matrixImage pushes an image offering every method to an in-process
-// registry and returns its reference and boot identity.
-func matrixImage(t *testing.T) (string, *osimage.BootIdentity) {
+// matrixImage pushes a multi-architecture image offering every method, one
+// build per matrixArchs with blobs of its own, as an OCI index to a real
+// registry (docker-registry), and returns its reference and each build's
+// boot identity.
+func matrixImage(t *testing.T) (string, map[string]*osimage.BootIdentity) {
 	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	for _, l := range []struct{ mt, title string }{
-		{osimage.MediaTypeUKI, "uki.efi"}, {osimage.MediaTypeKernel, "vmlinuz"}, {osimage.MediaTypeInitramfs, "initrd.img"},
-		{osimage.MediaTypeISO, "image.iso"}, {osimage.MediaTypeDisk, "disk.raw"},
-	} {
-		var err error
-		img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer([]byte(l.title+" bytes"), types.MediaType(l.mt)),
-			MediaType: types.MediaType(l.mt), Annotations: map[string]string{osimage.AnnotationTitle: l.title}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	var order []string
 	for _, m := range matrixImageOrder {
 		order = append(order, string(m))
 	}
-	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: strings.Join(order, ","),
-		osimage.AnnotationBootDefault: order[0], osimage.AnnotationCmdline: "console=ttyS0"}).(v1.Image)
-	ref := strings.TrimPrefix(reg.URL, "http://") + "/os/matrix:1"
-	testutil.PushImage(t, ref, img)
-	id, err := osimage.ReadIdentity(img)
+	ids := map[string]*osimage.BootIdentity{}
+	var adds []mutate.IndexAddendum
+	for _, arch := range matrixArchs {
+		img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+		for _, l := range []struct{ mt, title string }{
+			{osimage.MediaTypeUKI, "uki.efi"}, {osimage.MediaTypeKernel, "vmlinuz"}, {osimage.MediaTypeInitramfs, "initrd.img"},
+			{osimage.MediaTypeISO, "image.iso"}, {osimage.MediaTypeDisk, "disk.raw"},
+		} {
+			var err error
+			img, err = mutate.Append(img, mutate.Addendum{Layer: static.NewLayer([]byte(arch+" "+l.title+" bytes"), types.MediaType(l.mt)),
+				MediaType: types.MediaType(l.mt), Annotations: map[string]string{osimage.AnnotationTitle: l.title}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: strings.Join(order, ","),
+			osimage.AnnotationBootDefault: order[0], osimage.AnnotationCmdline: "console=ttyS0", osimage.AnnotationArchitecture: arch}).(v1.Image)
+		id, err := osimage.ReadIdentity(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[arch] = id
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	ref, err := name.ParseReference(testutil.NewRegistry(t)+"/os/matrix:1", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ref, id
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	return ref.String(), ids
 }
 
 // firmware is the emulated system's firmware at the protocol tier: on each
@@ -204,7 +237,7 @@ func (f *firmware) onBoot(ev redfishemu.BootEvent) {
 
 // TestVendorMatrix runs every cell through `serverboot boot`.
 func TestVendorMatrix(t *testing.T) {
-	ref, id := matrixImage(t)
+	ref, ids := matrixImage(t)
 	creds := filepath.Join(t.TempDir(), "creds.json")
 	if err := os.WriteFile(creds, []byte(`{"username": "admin", "password": "password"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -215,15 +248,16 @@ func TestVendorMatrix(t *testing.T) {
 				want := expect(method, p, policy)
 				t.Run(fmt.Sprintf("%s/%s/%s", p.Name, method, policy), func(t *testing.T) {
 					t.Parallel()
-					runCell(t, ref, id, creds, p, method, policy, want)
+					runCell(t, ref, ids, creds, p, method, policy, want)
 				})
 			}
 		}
 	}
 }
 
-func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p redfishemu.Personality, method string, policy boot.Policy, want outcome) {
+func runCell(t *testing.T, ref string, ids map[string]*osimage.BootIdentity, creds string, p redfishemu.Personality, method string, policy boot.Policy, want outcome) {
 	listen := testutil.FreeAddr(t)
+	id := ids[cmp.Or(want.arch, matrixArchs[0])]
 	fw := &firmware{}
 	var o redfishemu.Options
 	p.Apply(&o)
@@ -242,7 +276,7 @@ func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p
 	s := emu.State()
 	detail := fmt.Sprintf("exit %d\nstderr: %s\nboots %+v, resets %d, state %+v, fetched %v", code, stderr.String(), emu.Boots(), emu.Resets(), s, fw.fetched)
 
-	if want.refusal != "" {
+	if want.refusal != "" || want.arch == "" {
 		if code != cli.ExitMismatch || !strings.Contains(stderr.String(), want.refusal) {
 			t.Fatalf("want a refusal (exit 3) naming %q\n%s", want.refusal, detail)
 		}
@@ -275,6 +309,17 @@ func runCell(t *testing.T, ref string, id *osimage.BootIdentity, creds string, p
 	}
 	if !want.fetches && len(fetched) != 0 {
 		t.Errorf("want no artifact fetched\n%s", detail)
+	}
+	// The server's architecture picked the build: the log says so, and
+	// what the firmware fetched is that build's blob (pxe: the script URL
+	// is derived from the build's plan, so another build's is a 404).
+	if said := "arch " + want.arch + " (the BMC's Processors report " + want.set + ")"; !strings.Contains(stderr.String(), said) {
+		t.Errorf("stderr does not say %q\n%s", said, detail)
+	}
+	if kind, ok := map[osimage.BootMethod]osimage.ArtifactKind{osimage.BootUEFIHTTP: osimage.KindUKI, osimage.BootVirtualMedia: osimage.KindISO}[want.method]; ok && len(fetched) == 1 {
+		if blob, _ := id.Artifact(kind); !strings.Contains(fetched[0], "/blobs/"+blob.Digest.String()+"/") {
+			t.Errorf("fetched %s, want the %s build's %s %s\n%s", fetched[0], want.arch, kind, blob.Digest, detail)
+		}
 	}
 	if said := regexp.MustCompile(`method:? ` + string(want.method) + ` \(`); method == "auto" && !said.MatchString(stdout.String()+stderr.String()) {
 		t.Errorf("auto: the output does not say `method: %s (why)`\n%s\nstdout: %s", want.method, detail, stdout.String())
@@ -317,19 +362,23 @@ func ipxeScriptURL(t *testing.T, p *boot.Plan) string {
 // matrixMarkdown is the docs table, from expect.
 func matrixMarkdown() string {
 	var b strings.Builder
-	b.WriteString("| personality | differs by | " + strings.Join(matrixMethods, " | ") + " | after NetworkBootOnce |\n")
-	b.WriteString("|---|---" + strings.Repeat("|---", len(matrixMethods)+1) + "|\n")
+	b.WriteString("| personality | differs by | arch | " + strings.Join(matrixMethods, " | ") + " | after NetworkBootOnce |\n")
+	b.WriteString("|---|---|---" + strings.Repeat("|---", len(matrixMethods)+1) + "|\n")
 	for _, p := range redfishemu.Personalities {
-		row := []string{"`" + p.Name + "`", p.Quirks()}
+		arch := "none reported"
+		if o := expect("auto", p, boot.NetworkBootOnce); o.arch != "" {
+			arch = o.arch + " (" + o.set + ")"
+		}
+		row := []string{"`" + p.Name + "`", p.Quirks(), arch}
 		for _, m := range matrixMethods {
 			o := expect(m, p, boot.NetworkBootOnce)
 			cell := o.String()
-			if m == "auto" && o.refusal == "" {
+			if m == "auto" && o.refusal == "" && o.arch != "" {
 				cell = string(o.method) + ": " + cell
 			}
 			row = append(row, cell)
 		}
-		row = append(row, expect("pxe", p, boot.NetworkBootOnce).after)
+		row = append(row, cmp.Or(expect("pxe", p, boot.NetworkBootOnce).after, "untouched"))
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
 	return b.String()
