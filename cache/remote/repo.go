@@ -60,7 +60,7 @@ func Open(ref string) (*Repo, error) {
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithTransport(tr),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 2}),
-		remote.WithUserAgent("os-builder-cache"),
+		remote.WithUserAgent("os-builder remote-cache"),
 	}
 	r := &Repo{repo: repo, opts: opts}
 	if r.puller, err = remote.NewPuller(opts...); err != nil {
