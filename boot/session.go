@@ -128,6 +128,11 @@ func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
 		for _, n := range p.Notes {
 			s.Logf("note: %s", n)
 		}
+		for _, b := range r.builds {
+			if b.Preferred != "" && (b.Architecture == p.Architecture || len(r.builds) == 1) {
+				s.Logf("image: %s", b.Preferred)
+			}
+		}
 		bmc = LoggingBMC{BMC: bmc, Logf: s.Logf}
 	}
 	var d Driver
@@ -304,8 +309,9 @@ const maxIndexManifests = 256
 // RegistryImage reads the builds of the image ref names from its registry
 // (manifests and configs, not the layers), with the default keychain; opts
 // come after those. An index gives one build per linux platform
-// architecture: the first manifest for it, as boot-operator picks (entries
-// without a platform, "unknown" ones such as attestations, other OSes and
+// architecture, read from the manifests for it (osimage.ReadIndexIdentity:
+// the first v1 manifest, as boot-operator picks, and the IronCore Image V2
+// kinds, preferred where they map one to one; entries without a platform, "unknown" ones such as attestations, other OSes and
 // nested indexes are skipped); a manifest whose architecture annotation
 // disagrees with its index entry is refused. A single manifest is one
 // build. Errors are classified as RegistryIdentity's.
@@ -344,13 +350,14 @@ func RegistryImage(ctx context.Context, ref name.Reference, opts ...remote.Optio
 			slices.ContainsFunc(builds, func(b *osimage.BootIdentity) bool { return b.Architecture == pl.Architecture }) {
 			continue
 		}
-		img, err := idx.Image(d.Digest)
+		// Every manifest of the architecture: v1, IronCore Image V2, or
+		// both (V2 preferred where it maps one to one: id.Preferred).
+		id, err := osimage.ReadIndexIdentity(idx, pl.Architecture)
 		if err != nil {
-			return nil, fmt.Errorf("fetching the %s manifest of %s: %w", pl.Architecture, ref, err)
-		}
-		id, err := identityOf(ref, img)
-		if err != nil {
-			return nil, err
+			if c := exitcode.Of(err); c == exitcode.Unavailable || c == exitcode.Timeout {
+				return nil, fmt.Errorf("reading the %s manifests of %s: %w", pl.Architecture, ref, err)
+			}
+			return nil, fmt.Errorf("%w: image %s: %w", ErrPlan, ref, err)
 		}
 		if id.Architecture != "" && id.Architecture != pl.Architecture {
 			return nil, fmt.Errorf("%w: image index %s: entry %s has platform architecture %s, its manifest says %s (%s)",

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ironcore-dev/os-builder/boot"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 	"github.com/ironcore-dev/os-builder/publish"
@@ -103,10 +105,24 @@ func TestDualIndexReaders(t *testing.T) {
 			}
 		}
 	}
-	// The boot driver's reading: V2 preferred, and said so.
-	id, err := osimage.ReadIndexIdentity(idx, "arm64")
-	if err != nil || !strings.HasPrefix(id.Preferred, "IronCore Image V2 preferred over v1 for linux/arm64") {
-		t.Errorf("ReadIndexIdentity: %v %+v", err, id)
+	// The boot driver's reading from the registry: one build per
+	// architecture, V2 preferred where it maps one to one, and said so.
+	nref, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds, err := boot.RegistryImage(ctx, nref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(builds) != 2 {
+		t.Fatalf("boot driver reads %d builds, want 2", len(builds))
+	}
+	for _, b := range builds {
+		uki, _ := b.Artifact(osimage.KindUKI)
+		if !strings.HasPrefix(b.Preferred, "IronCore Image V2 preferred over v1 for linux/"+b.Architecture) || uki.MediaType != osimage.V2MediaTypeEFIExecutable {
+			t.Errorf("boot driver's %s build: %q, uki %s", b.Architecture, b.Preferred, uki.MediaType)
+		}
 	}
 }
 
