@@ -25,7 +25,7 @@ func layout(opts Options) (*plan, error) {
 	}
 	switch {
 	case opts.Machine != 0 && stub.Machine != opts.Machine:
-		return nil, fmt.Errorf("uki: stub is built for machine %#x, want %#x", stub.Machine, opts.Machine)
+		return nil, fmt.Errorf("uki: stub is built for machine %#x (%s), want %#x (%s): take the stub from the image's own systemd-boot-efi", stub.Machine, machineName(stub.Machine), opts.Machine, machineName(opts.Machine))
 	case stub.Machine != MachineAMD64 && stub.Machine != MachineARM64:
 		return nil, fmt.Errorf("uki: stub machine %#x is neither x86-64 nor arm64", stub.Machine)
 	}
@@ -148,10 +148,8 @@ func layout(opts Options) (*plan, error) {
 		return nil, fmt.Errorf("uki: no room for %d section headers: headers would need %#x bytes but the stub's first section starts at VA %#x", nsec, sizeOfHeaders, minVA)
 	}
 	if end := min(newTableEnd, int(stub.SizeOfHeaders)); end > oldTableEnd {
-		for _, b := range opts.Stub[oldTableEnd:end] {
-			if b != 0 {
-				return nil, fmt.Errorf("uki: no room for %d section headers: stub header bytes after its section table (%#x..%#x) are in use", nsec, oldTableEnd, end)
-			}
+		if !headerPadding(opts.Stub, oldTableEnd, end) {
+			return nil, fmt.Errorf("uki: no room for %d section headers: stub header bytes after its section table (%#x..%#x) are in use", nsec, oldTableEnd, end)
 		}
 	}
 	header := make([]byte, sizeOfHeaders)
@@ -307,4 +305,20 @@ func mergeSBAT(stub *peFile, opts Options) string {
 		out += l + "\n"
 	}
 	return out
+}
+
+// arm64NOP is the A64 NOP instruction, little-endian.
+var arm64NOP = []byte{0x1f, 0x20, 0x03, 0xd5}
+
+// headerPadding says whether stub[from:to], header bytes after the
+// section table, are room the linker left: zeros, or (Debian's arm64
+// systemd-stub, whose header is written in assembly and padded to its
+// first section) A64 NOPs in whole aligned words. No section maps them.
+func headerPadding(stub []byte, from, to int) bool {
+	zero, nops := true, from%4 == 0
+	for i := from; i < to; i++ {
+		zero = zero && stub[i] == 0
+		nops = nops && stub[i] == arm64NOP[(i-from)%4]
+	}
+	return zero || nops
 }

@@ -7,6 +7,29 @@ import (
 	"math/bits"
 )
 
+// MachineFor is the PE machine of a Debian architecture's EFI binaries
+// (amd64, arm64); 0, which Options.Machine takes as any, for others.
+func MachineFor(arch string) uint16 {
+	switch arch {
+	case "amd64":
+		return MachineAMD64
+	case "arm64":
+		return MachineARM64
+	}
+	return 0
+}
+
+// machineName names a PE machine for errors.
+func machineName(m uint16) string {
+	switch m {
+	case MachineAMD64:
+		return "x86-64"
+	case MachineARM64:
+		return "arm64"
+	}
+	return "unknown"
+}
+
 // PE/COFF constants used here (Microsoft PE format specification).
 const (
 	MachineAMD64 = 0x8664

@@ -440,7 +440,7 @@ func TestBadInput(t *testing.T) {
 		{"truncated in optional header", func(o *Options) { o.Stub = stub[:0x80] }, "optional header"},
 		{"truncated in section data", func(o *Options) { o.Stub = stub[:0x500] }, "runs past end of file"},
 		{"wrong machine", func(o *Options) { o.Stub = patched(0x44, 0x14c) }, "neither x86-64 nor arm64"},
-		{"machine mismatch", func(o *Options) { o.Machine = MachineARM64 }, "want 0xaa64"},
+		{"machine mismatch", func(o *Options) { o.Machine = MachineARM64 }, "machine 0x8664 (x86-64), want 0xaa64 (arm64)"},
 		{"PE32 not PE32+", func(o *Options) { o.Stub = patched(0x58, 0x10b) }, "only PE32+"},
 		{"empty kernel", func(o *Options) { o.Kernel = nil }, "kernel is empty"},
 		{"bad section name", func(o *Options) { o.Sections = []Section{{Name: "pcrsig", Data: []byte{1}}} }, "must start with '.'"},

@@ -56,6 +56,9 @@ func (a images) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error
 		Stub: stub, Kernel: kernel, InitrdReader: io.NewSectionReader(initrd, 0, fi.Size()), Cmdline: cmdline,
 		OSRelease: string(osr), Uname: kver, SourceDateEpoch: a.cfg.Epoch,
 		Signer: a.cfg.Signer, Certificate: a.cfg.Cert,
+		// A stub of another machine type fails here, before a byte is
+		// written.
+		Machine: uki.MachineFor(a.cfg.Arch),
 	}
 	// The output directory is swapped in whole or not at all, so the UKI
 	// is written in place, hashed on the way.

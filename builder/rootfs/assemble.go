@@ -76,6 +76,12 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	}
 	in.Add("sysusers", s.sysusers())
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	// Which stub lift takes. Only named for arm64, the architecture
+	// whose stub earlier builders did not lift: amd64's keys (and
+	// everything cached under them) stay as they were.
+	if stub := StubInTree(s.r.Base.Architecture); stub != step.StubFile {
+		in.Add("stub", stub)
+	}
 	return in, nil
 }
 
@@ -293,13 +299,24 @@ func (s *assembleStep) lift(root *fsroot.Root, out string) error {
 	if err := copyOut(root, "/usr/lib/os-release", filepath.Join(out, step.OSReleaseFile), 0o644); err != nil {
 		return fmt.Errorf("os-release: %w", err)
 	}
-	stub := "/usr/lib/systemd/boot/efi/" + step.StubFile
+	// The stub of the image's own architecture, from its systemd-boot-efi
+	// (never the host's), lifted under one name for every architecture.
+	stub := "/usr/lib/systemd/boot/efi/" + StubInTree(s.r.Base.Architecture)
 	if _, err := root.Stat(stub); err == nil {
 		if err := copyOut(root, stub, filepath.Join(out, step.StubFile), 0o644); err != nil {
 			return fmt.Errorf("UEFI stub: %w", err)
 		}
 	}
 	return liftInitrdTools(root, out)
+}
+
+// StubInTree is the name of arch's systemd-stub in systemd-boot-efi's
+// /usr/lib/systemd/boot/efi.
+func StubInTree(arch string) string {
+	if arch == "arm64" {
+		return "linuxaa64.efi.stub"
+	}
+	return "linuxx64.efi.stub"
 }
 
 // initrdTools are the image's programs the init runs: mke2fs formats the

@@ -93,7 +93,7 @@ func (k Kernel) Release() (string, error) {
 // beside its layer.
 const (
 	OSReleaseFile = "os-release"
-	StubFile      = "linuxx64.efi.stub"
+	StubFile      = "linuxx64.efi.stub" // the image's own stub, whatever its architecture (arm64: linuxaa64.efi.stub in the tree)
 	InitrdFiles   = "initrd-files" // userspace tools for the init, with their libraries
 	InitrdList    = "initrd-files.list"
 )
