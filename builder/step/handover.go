@@ -94,7 +94,7 @@ func (k Kernel) Release() (string, error) {
 const (
 	OSReleaseFile = "os-release"
 	StubFile      = "linuxx64.efi.stub" // the image's own stub, whatever its architecture (arm64: linuxaa64.efi.stub in the tree)
-	InitrdFiles   = "initrd-files" // userspace tools for the init, with their libraries
+	InitrdFiles   = "initrd-files"      // userspace tools for the init, with their libraries
 	InitrdList    = "initrd-files.list"
 )
 
