@@ -479,8 +479,10 @@ func validateArchitectures(r *Recipe, doc *document, p *problems) {
 	if len(archs) == 0 {
 		oneOf(p, doc, "base.architecture", b.Architecture, Architectures)
 		archs = []string{b.Architecture}
-	} else if b.Architecture != "" {
-		p.addf(doc, "base.architecture", "set base.architecture or base.architectures, not both")
+	} else if b.Architecture != "" && b.Architecture != archs[0] {
+		// Load sets it to the first (render prints both): any other
+		// value says two things.
+		p.addf(doc, "base.architecture", "%q with base.architectures %v: set one of the two (base.architecture is the first of base.architectures)", b.Architecture, archs)
 	}
 	for i, a := range b.Architectures {
 		field := fmt.Sprintf("base.architectures[%d]", i)
