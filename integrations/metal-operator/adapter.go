@@ -37,13 +37,27 @@ type gofishClient interface {
 
 // Capabilities reports Pxe as the only target: bmc.BMC's SetBootOverride sets
 // Pxe/Once and nothing else, it has no virtual media and no Continuous
-// override (SetBootOrder clears the override instead).
+// override (SetBootOrder clears the override instead). The instruction set
+// is the system's CPUs' (GetProcessors).
 func (a *Adapter) Capabilities(ctx context.Context) (boot.Capabilities, error) {
 	info, err := a.BMC.GetSystemInfo(ctx, a.SystemURI)
 	if err != nil {
 		return boot.Capabilities{}, fmt.Errorf("reading system %s: %w", a.SystemURI, err)
 	}
-	return boot.Capabilities{Manufacturer: info.Manufacturer, AllowedTargets: []string{boot.TargetPxe}}, nil
+	procs, err := a.BMC.GetProcessors(ctx, a.SystemURI)
+	if err != nil {
+		return boot.Capabilities{}, fmt.Errorf("reading processors of %s: %w", a.SystemURI, err)
+	}
+	caps := boot.Capabilities{Manufacturer: info.Manufacturer, AllowedTargets: []string{boot.TargetPxe}}
+	// The CPUs say the architecture: the first CPU (type CPU or unset)
+	// that reports an instruction set.
+	for _, p := range procs {
+		if (p.Type == "" || p.Type == "CPU") && p.InstructionSet != "" {
+			caps.InstructionSet = p.InstructionSet
+			break
+		}
+	}
+	return caps, nil
 }
 
 // BootOverride reads the override through the client's connection where it

@@ -1,6 +1,7 @@
 package metaloperator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,9 @@ const (
 	// ConditionBootCompleted sums up the run: True once the plan finished,
 	// False with the reason it stopped.
 	ConditionBootCompleted = "BootCompleted"
+	// ConditionArchitectureSelected says which of the image's builds
+	// boots and what said the server's architecture.
+	ConditionArchitectureSelected = "ArchitectureSelected"
 )
 
 // Reasons of a BootCompleted=False condition. The first three do not heal by
@@ -50,8 +54,10 @@ type Booter struct {
 	// DefaultScheme applies where a BMC protocol names no scheme (https if
 	// empty), as metal-operator's --default-protocol-scheme does.
 	DefaultScheme metalv1alpha1.ProtocolScheme
-	// ReadIdentity reads an image's boot identity; the default pulls its
-	// manifest (not its layers) from the registry with the default keychain.
+	// ReadIdentity reads the boot identity of an image of one build; the
+	// default reads every build (one per architecture of an index) from
+	// the registry with the default keychain, manifests and configs only
+	// (boot.RegistryImage).
 	ReadIdentity func(ctx context.Context, image string) (*osimage.BootIdentity, error)
 	// Redfish configures the default Connect, os-builder's Redfish client
 	// (auth, retries, TLS); endpoint, credentials and system come from the
@@ -103,10 +109,11 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 	}
 	res.State = st
 	s := &boot.Session{
-		Request:      boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL},
-		ReadIdentity: b.readIdentity,
-		Connect:      func(ctx context.Context) (boot.BMC, func(), error) { return b.connect(ctx, target) },
-		Driver:       b.Driver,
+		Request: boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL,
+			Architecture: req.Architecture, ArchitectureFrom: req.ArchitectureFrom},
+		ReadImage: b.readImage,
+		Connect:   func(ctx context.Context) (boot.BMC, func(), error) { return b.connect(ctx, target) },
+		Driver:    b.Driver,
 		// None only powers on: its plan stays the image's whatever the BMC
 		// offers, as the states saved in the annotation expect.
 		SkipCapabilitiesForNone: true,
@@ -114,6 +121,7 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 	run, err := s.Boot(ctx, st)
 	if p := run.Plan; p != nil { // the plan ran
 		res.Plan = p
+		add(ConditionArchitectureSelected, metav1.ConditionTrue, "Selected", fmt.Sprintf("%s (%s)", cmp.Or(p.Architecture, "any"), p.ArchitectureFrom), now)
 		if req.Policy != boot.None {
 			why := p.Choice
 			if req.Method != "" {
@@ -213,24 +221,27 @@ func ApplyTo(res Result, sbc *metalv1alpha1.ServerBootConfiguration, claim *meta
 	return nil
 }
 
-// readIdentity reads the image as the session's ReadIdentity. Every failure,
-// an unreachable registry too, is ErrPlan: BootCompleted=False with
-// InvalidPlan, as it always was here.
-func (b *Booter) readIdentity(ctx context.Context, image string) (*osimage.BootIdentity, error) {
-	var id *osimage.BootIdentity
+// readImage reads the image's builds as the session's ReadImage. Every
+// failure, an unreachable registry too, is ErrPlan: BootCompleted=False
+// with InvalidPlan, as it always was here.
+func (b *Booter) readImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
+	var builds []*osimage.BootIdentity
 	var err error
 	if b.ReadIdentity != nil {
-		id, err = b.ReadIdentity(ctx, image)
+		var id *osimage.BootIdentity
+		if id, err = b.ReadIdentity(ctx, image); err == nil {
+			builds = []*osimage.BootIdentity{id}
+		}
 	} else {
 		var ref name.Reference
 		if ref, err = name.ParseReference(image); err == nil {
-			id, err = boot.RegistryIdentity(ctx, ref)
+			builds, err = boot.RegistryImage(ctx, ref)
 		}
 	}
 	if err != nil && !errors.Is(err, boot.ErrPlan) {
 		return nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, image, err)
 	}
-	return id, err
+	return builds, err
 }
 
 func (b *Booter) connect(ctx context.Context, t Target) (boot.BMC, func(), error) {

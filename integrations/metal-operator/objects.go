@@ -70,6 +70,29 @@ type Request struct {
 	Image  string
 	Policy boot.Policy
 	Method osimage.BootMethod // empty: chosen by the BMC's capabilities
+	// Architecture is the Server's (OCI spelling: amd64, arm64) by its
+	// status.processors, ArchitectureFrom which one said so; empty where
+	// the status says nothing usable: the BMC's Processors say then.
+	Architecture, ArchitectureFrom string
+}
+
+// ServerArchitecture is the Server's architecture by what metal-operator
+// discovered (status.processors, read from the BMC's Redfish Processors):
+// the first CPU (type CPU or unset; FPGAs, GPUs have their own) whose
+// instructionSet names an architecture. Empty where none does.
+func ServerArchitecture(s *metalv1alpha1.Server) (arch, from string) {
+	if s == nil {
+		return "", ""
+	}
+	for _, p := range s.Status.Processors {
+		if p.Type != "" && p.Type != "CPU" || p.InstructionSet == "" {
+			continue
+		}
+		if a, err := boot.ArchitectureOf(p.InstructionSet); err == nil {
+			return a, fmt.Sprintf("Server %s status.processors[%s].instructionSet %s", s.Name, p.ID, p.InstructionSet)
+		}
+	}
+	return "", ""
 }
 
 // ResolveRequest reads the image (ServerBootConfiguration, else ServerClaim),
@@ -105,6 +128,7 @@ func ResolveRequest(o Objects) (Request, error) {
 	if r.Image == "" {
 		return Request{}, fmt.Errorf("%w: ServerBootConfiguration %s: spec.image is empty (and no ServerClaim image)", ErrObjects, o.BootConfig.Name)
 	}
+	r.Architecture, r.ArchitectureFrom = ServerArchitecture(o.Server)
 	return r, nil
 }
 
