@@ -516,6 +516,7 @@ func (b *buildRun) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildM
 		OCISources:      artifacts.OCISources(b.r),
 		Artifacts:       arts,
 		SecureBoot:      artifacts.SecureBoot(b.art, assembled, arts),
+		NoImageV2:       b.r.ImageV2 != nil && !*b.r.ImageV2,
 	}, nil
 }
 

@@ -33,6 +33,10 @@ type Recipe struct {
 	// cannot be kept on a data partition, instead of booting with them on
 	// tmpfs and a warning.
 	PersistRequired bool `json:"persistRequired,omitempty"`
+	// ImageV2 false makes builder push publish the v1 manifest alone,
+	// without the IronCore Image V2 kinds (recorded in manifest.json as
+	// noImageV2). Unset or true: both.
+	ImageV2 *bool `json:"imageV2,omitempty"`
 
 	// Resolved holds the layers after include resolution, in apply order.
 	// Filled by Load; never read from YAML.
