@@ -3,6 +3,8 @@ package boot
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -191,5 +193,33 @@ func TestSessionPicksArchitecture(t *testing.T) {
 				t.Errorf("plan does not boot the %s build (UKI %s) or say so:\n%s", tc.want, uki.Digest, text.String())
 			}
 		})
+	}
+}
+
+// TestInstructionSetDoc: docs/boot-driver.md's table is the mapping
+// ArchitectureOf applies, row for row.
+func TestInstructionSetDoc(t *testing.T) {
+	const path = "../docs/boot-driver.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	begin, end := "<!-- instruction sets: checked by boot TestInstructionSetDoc -->\n", "<!-- end of instruction sets -->"
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no instruction set table between %q and %q", path, begin, end)
+	}
+	var want strings.Builder
+	want.WriteString("| InstructionSet | architecture |\n|---|---|\n")
+	for _, s := range instructionSets {
+		cell := "`" + s.arch + "`"
+		if s.arch == "" {
+			cell = "none: " + s.why
+		}
+		fmt.Fprintf(&want, "| `%s` | %s |\n", s.set, cell)
+	}
+	if got := doc[i+len(begin) : j]; got != want.String() {
+		t.Errorf("%s: instruction set table\n got:\n%s\nwant:\n%s", path, got, want.String())
 	}
 }
