@@ -33,8 +33,12 @@ var bootMarkers = []string{
 
 func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 	t.Helper()
-	buildertest.RequireTools(t, "qemu-system-x86_64")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	buildertest.RequireTools(t, cfg.Binary())
+	timeout := 8 * time.Minute
+	if cfg.Arch == "arm64" {
+		timeout = 25 * time.Minute // an emulated CPU, not a translated one
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	cfg.UEFI = true
 	if cfg.MemoryMB == 0 {
@@ -75,8 +79,14 @@ func TestBootUKIFromESP(t *testing.T) {
 // a scratch file, extended by grow bytes: the disk a VM or server boots.
 func copyDisk(t *testing.T, grow int64) string {
 	t.Helper()
+	return copyDiskFrom(t, testOutput(t), grow)
+}
+
+// copyDiskFrom is copyDisk of the output directory out's disk.raw.
+func copyDiskFrom(t *testing.T, out string, grow int64) string {
+	t.Helper()
 	disk := filepath.Join(t.TempDir(), "disk.raw")
-	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(testOutput(t), artifacts.FileDisk), disk); err != nil {
+	if err := command.Run(context.Background(), "cp", "--sparse=always", filepath.Join(out, artifacts.FileDisk), disk); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(disk)

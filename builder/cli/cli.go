@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +65,7 @@ func loadRecipe(path string, exclude []string) (*recipe.Recipe, error) {
 
 func newBuild(stdout, stderr io.Writer) *cobra.Command {
 	var opts builder.Options
-	var exclude []string
+	var exclude, archs []string
 	var asJSON, plan bool
 	c := &cobra.Command{
 		Use:   "build RECIPE",
@@ -81,7 +80,11 @@ the graph, each step's cache key and hit or miss, and runs nothing.
 
 The output directory must be new, empty or an earlier output of this
 builder (its manifest.json lists every file in it); anything else is
-refused before the build starts, because the swap deletes what it held.`,
+refused before the build starts, because the swap deletes what it held.
+
+A recipe with base.architectures builds every architecture it names in
+one graph, each into --output/ARCH (--json: a list of manifests); --arch
+picks some of them (one: into --output itself).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := loadRecipe(args[0], exclude)
@@ -94,39 +97,25 @@ refused before the build starts, because the swap deletes what it held.`,
 			// The plan keys the init step as the build does: by the init
 			// this builder carries, when it carries one.
 			opts.Init = Init
+			rs, runOpts, err := builder.ArchitectureRuns(r, archs, opts)
+			if err != nil {
+				return exitcode.UsageError(err)
+			}
 			if plan {
-				p, err := builder.PlanBuild(cmd.Context(), r, opts)
-				if errors.Is(err, builder.ErrOutputNotOurs) {
-					return exitcode.UsageError(err)
-				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return icli.WriteJSON(stdout, p)
-				}
-				return p.WriteText(stdout)
+				return planArchitectures(cmd, stdout, rs, runOpts, asJSON)
 			}
 			opts.Progress = stderr
 			if asJSON {
 				opts.ProgressMode = progress.ModeJSON
 			}
-			m, err := builder.Build(cmd.Context(), r, opts)
+			ms, err := builder.BuildArchitectures(cmd.Context(), r, archs, opts)
 			if errors.Is(err, builder.ErrOutputNotOurs) {
 				return exitcode.UsageError(err)
 			}
 			if err != nil {
 				return lockUsage(err)
 			}
-			if asJSON {
-				return icli.WriteJSON(stdout, m)
-			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KIND\tFILE\tSIZE\tSHA256")
-			for _, a := range m.Artifacts {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Kind, a.Path, a.Size, a.SHA256)
-			}
-			return tw.Flush()
+			return writeManifests(stdout, ms, runOpts, asJSON)
 		},
 	}
 	f := c.Flags()
@@ -138,6 +127,7 @@ refused before the build starts, because the swap deletes what it held.`,
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")
 	f.BoolVar(&asJSON, "json", false, "progress as JSON lines on stderr, the manifest (or --plan) as JSON on stdout")
+	f.StringSliceVar(&archs, "arch", nil, "build these of the recipe's architectures (amd64, arm64; default: every one it names; one: into --output itself)")
 	f.BoolVar(&plan, "plan", false, "print the step graph with cache keys and hits; build nothing")
 	f.IntVarP(&opts.Jobs, "jobs", "j", 0, "steps at once (a Go build or a squashfs write counts as one or more; default: one per core)")
 	f.BoolVar(&opts.Verify, "verify", false, "hash every artifact to decide that nothing changed (default: compare size, inode and change time)")

@@ -208,7 +208,7 @@ func TestArgsARM64(t *testing.T) {
 	}
 	got := strings.Join(cfg.Args("/tmp/vars.fd"), " ")
 	for _, want := range []string{
-		"-machine virt,accel=tcg", "-cpu max",
+		"-machine virt,accel=tcg", "-cpu max,pauth-impdef=on",
 		"if=pflash,format=raw,unit=0,readonly=on,file=" + AAVMFCode,
 		"-device virtio-scsi-pci,id=scsi0",
 		"-device scsi-cd,drive=cd0,bus=scsi0.0,bootindex=0",
