@@ -6,7 +6,10 @@
 #   $OS_IMAGES_REGISTRY/os-images/<recipe name>:<version>-<git sha7>-<ref name>
 #                                                (any other ref: this tag only)
 # Release refs are refs/heads/main and release tags refs/tags/v*; a tag
-# named "main" or a branch named "v1.2" is not one.
+# named "main" or a branch named "v1.2" is not one. Each tag names one index:
+# per architecture the v1 manifest (what boot-operator resolves) first, then
+# the IronCore Image V2 kinds UKI, EFI and Disk; a recipe with
+# `imageV2: false` publishes the v1 manifest alone.
 # (docs/image-format.md, "Tags"), with an SBOM and SLSA provenance attached as
 # OCI referrers (signed with the build's --sign-key, if any), then checks every pushed tag with `builder inspect --verify`
 # (the pushed index is the one the output makes, SBOM and provenance attached
