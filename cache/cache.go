@@ -314,12 +314,13 @@ func parseMeta(b []byte) (*Meta, error) {
 // filler died, fill it themselves). fill writes into a fresh directory that
 // is sealed, fsynced and renamed into place when fill succeeds.
 func (s *Store) Fill(ctx context.Context, step string, in Inputs, fill func(dir string) error) (string, error) {
-	return s.fill(ctx, step, in, fill, nil)
+	return s.fill(ctx, step, in, fill, nil, nil)
 }
 
 // fill is Fill; check, when set, vets the new entry's seal before the
-// entry becomes visible (Import: the seal must be the one it was given).
-func (s *Store) fill(ctx context.Context, step string, in Inputs, fill func(dir string) error, check func([]File) error) (string, error) {
+// entry becomes visible (Import: the seal must be the one it was given),
+// and known are files whose sha256 fill checked as it wrote them.
+func (s *Store) fill(ctx context.Context, step string, in Inputs, fill func(dir string) error, check func([]File) error, known map[string]File) (string, error) {
 	key := in.Key()
 	final, err := s.entryPath(key)
 	if err != nil {
@@ -344,7 +345,7 @@ func (s *Store) fill(ctx context.Context, step string, in Inputs, fill func(dir 
 	if err := fill(t.Path); err != nil {
 		return "", err
 	}
-	files, err := seal(t.Path)
+	files, err := sealKnown(t.Path, known)
 	if err != nil {
 		return "", fmt.Errorf("cache: seal %s: %w", step, err)
 	}

@@ -54,13 +54,22 @@ func ParseSeal(b []byte) (*Meta, error) {
 }
 
 // Import fills the entry the seal m describes: write puts its files into
-// the fresh directory it is given. The entry is sealed anew (this disk's
-// identities) and becomes visible only when the new seal has exactly m's
-// files (paths, types, modes, sizes, mtimes, sha256, link targets).
+// the fresh directory it is given, and must check each regular file's
+// bytes against its sealed sha256 as it writes them (the seal takes that
+// sha256 for a file of the sealed size and mtime instead of hashing it
+// again). The entry is sealed anew (this disk's identities) and becomes
+// visible only when the new seal has exactly m's files (paths, types,
+// modes, sizes, mtimes, sha256, link targets).
 func (s *Store) Import(ctx context.Context, m *Meta, write func(dir string) error) (string, error) {
+	known := make(map[string]File, len(m.Files))
+	for _, f := range m.Files {
+		if f.Kind() == "file" {
+			known[f.Path] = f
+		}
+	}
 	return s.fill(ctx, m.Step, m.Inputs, write, func(got []File) error {
 		return sameFiles(m.Files, got)
-	})
+	}, known)
 }
 
 // sameFiles compares two seals, identities left out.

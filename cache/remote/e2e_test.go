@@ -33,7 +33,7 @@ type machine struct {
 	dir  string
 }
 
-func newMachine(t *testing.T, name string) machine {
+func newMachine(t testing.TB, name string) machine {
 	m := machine{name: name, dir: filepath.Join(t.TempDir(), name)}
 	for _, d := range []string{"cache", "home", "gocache", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(m.dir, d), 0o755); err != nil {
@@ -63,7 +63,7 @@ type e2e struct {
 
 // build runs the builder on machine m: its own OSB_CACHE_DIR, HOME and
 // GOCACHE; pid runs it in a PID namespace of its own.
-func (e *e2e) build(t *testing.T, m machine, pid bool, flags ...string) *buildRun {
+func (e *e2e) build(t testing.TB, m machine, pid bool, flags ...string) *buildRun {
 	t.Helper()
 	run, err := e.tryBuild(t, m, pid, flags...)
 	if err != nil {
@@ -72,7 +72,7 @@ func (e *e2e) build(t *testing.T, m machine, pid bool, flags ...string) *buildRu
 	return run
 }
 
-func (e *e2e) tryBuild(t *testing.T, m machine, pid bool, flags ...string) (*buildRun, error) {
+func (e *e2e) tryBuild(t testing.TB, m machine, pid bool, flags ...string) (*buildRun, error) {
 	args := append([]string{"build", "--json", "--locked", "-o", filepath.Join(m.dir, "out"), e.recipe}, flags...)
 	var cmd *exec.Cmd
 	if pid {
@@ -162,34 +162,8 @@ func TestRemoteCacheE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the test recipe cold")
 	}
-	reg, err := testutil.StartRegistry()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	e := &e2e{reg: reg, repo: reg.Host + "/osb/cache", keys: map[string]string{}}
-	e.bin = filepath.Join(t.TempDir(), "builder")
-	if out, err := exec.Command("go", "build", "-o", e.bin, "../../cmd/builder").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/builder: %v\n%s", err, out)
-	}
-	tree := t.TempDir()
-	for _, d := range []string{"recipes", "units"} {
-		if out, err := exec.Command("cp", "-a", filepath.Join("../..", d), tree).CombinedOutput(); err != nil {
-			t.Fatalf("cp %s: %v\n%s", d, err, out)
-		}
-	}
-	e.recipe = filepath.Join(tree, "recipes/test.yaml")
-	raw, err := os.ReadFile(e.recipe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pxeOnly := strings.Replace(string(raw), "outputs:\n  - pxe\n  - uki\n  - disk\n  - iso\n", "outputs:\n  - pxe\n", 1)
-	if pxeOnly == string(raw) {
-		t.Fatal("recipes/test.yaml: its outputs list is not pxe, uki, disk, iso any more: update this test")
-	}
-	if err := os.WriteFile(e.recipe, []byte(pxeOnly), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(t)
+	reg := e.reg
 
 	a := newMachine(t, "A")
 	e.cold = e.build(t, a, false, "--cache-to", e.repo)
@@ -296,7 +270,7 @@ func TestRemoteCacheE2E(t *testing.T) {
 }
 
 // plan reads the cacheable steps and their keys from A's plan.
-func (e *e2e) plan(t *testing.T, m machine) {
+func (e *e2e) plan(t testing.TB, m machine) {
 	t.Helper()
 	cmd := exec.Command(e.bin, "build", "--plan", "--json", "--locked", "-o", filepath.Join(m.dir, "out"), e.recipe)
 	cmd.Env = append(os.Environ(), "OSB_CACHE_DIR="+filepath.Join(m.dir, "cache"), "HOME="+filepath.Join(m.dir, "home"), "XDG_CACHE_HOME=")
@@ -322,7 +296,7 @@ func (e *e2e) plan(t *testing.T, m machine) {
 	sort.Strings(e.steps)
 }
 
-func (e *e2e) remoteKeys(t *testing.T, repo string) map[string]bool {
+func (e *e2e) remoteKeys(t testing.TB, repo string) map[string]bool {
 	t.Helper()
 	r, err := remote.Open(repo)
 	if err != nil {
@@ -450,4 +424,57 @@ func (e *e2e) image(t *testing.T, key string) (v1.Image, error) {
 		t.Fatal(err)
 	}
 	return ggcr.Image(ref)
+}
+
+// releaseBuilder builds cmd/builder as `make builder` does, carrying its
+// init: no build compiles the init from the (changing) source tree, and a
+// machine without a Go build cache builds like a release builder.
+func releaseBuilder(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	initDir := filepath.Join(dir, ".init")
+	for _, args := range [][]string{
+		{"run", "./cmd/embedinit", initDir},
+		{"build", "-tags", "osb_embed_init", "-overlay", filepath.Join(initDir, "overlay.json"), "-o", filepath.Join(dir, "builder"), "./cmd/builder"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = "../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return filepath.Join(dir, "builder")
+}
+
+// newE2E starts a registry, builds the release builder and copies the
+// recipe tree with the test recipe cut to the pxe output.
+func newE2E(t testing.TB) *e2e {
+	t.Helper()
+	reg, err := testutil.StartRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	e := &e2e{reg: reg, repo: reg.Host + "/osb/cache", keys: map[string]string{}}
+	e.bin = releaseBuilder(t)
+	tree := t.TempDir()
+	for _, d := range []string{"recipes", "units"} {
+		if out, err := exec.Command("cp", "-a", filepath.Join("../..", d), tree).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v\n%s", d, err, out)
+		}
+	}
+	e.recipe = filepath.Join(tree, "recipes/test.yaml")
+	raw, err := os.ReadFile(e.recipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pxeOnly := strings.Replace(string(raw), "outputs:\n  - pxe\n  - uki\n  - disk\n  - iso\n", "outputs:\n  - pxe\n", 1)
+	if pxeOnly == string(raw) {
+		t.Fatal("recipes/test.yaml: its outputs list is not pxe, uki, disk, iso any more: update this test")
+	}
+	if err := os.WriteFile(e.recipe, []byte(pxeOnly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	return e
 }
