@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/boot"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 	"github.com/ironcore-dev/os-builder/publish"
@@ -219,5 +221,36 @@ func TestIEPReaderRefuses(t *testing.T) {
 	}
 	if _, err := osimage.ReadIndexIdentity(idx, "amd64"); err == nil || !strings.Contains(err.Error(), "EFI manifest: config media type") {
 		t.Errorf("ReadIndexIdentity: %v", err)
+	}
+}
+
+// TestCLINoV2AndKind: `builder push --no-v2` publishes the v1 manifest
+// alone, `builder pull --kind EFI` fetches the EFI kind's executable.
+func TestCLINoV2AndKind(t *testing.T) {
+	bin := builderBinary(t)
+	out := outputDir(t, "amd64")
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		flags []string
+		want  int
+	}{{[]string{"--no-v2"}, 1}, {nil, 4}} {
+		ref := "oci:" + filepath.Join(dir, "oci") + ":" + strconv.Itoa(tc.want)
+		testutil.Run(t, bin, append(append([]string{"push"}, tc.flags...), out, ref)...)
+		ins, err := publish.Inspect(context.Background(), ref, publish.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ins.Manifests) != tc.want {
+			t.Errorf("push %v: %d manifests, want %d", tc.flags, len(ins.Manifests), tc.want)
+		}
+	}
+	dest := filepath.Join(dir, "efi")
+	testutil.Run(t, bin, "pull", "--kind", "EFI", "oci:"+filepath.Join(dir, "oci")+":4", dest)
+	got, err := os.ReadFile(filepath.Join(dest, "uki.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := os.ReadFile(filepath.Join(out, "uki.efi")); string(got) != string(want) {
+		t.Error("pull --kind EFI: uki.efi differs")
 	}
 }
