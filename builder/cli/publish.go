@@ -25,6 +25,9 @@ type pushResult struct {
 	Reference string   `json:"reference"`
 	Digest    string   `json:"digest"`
 	Tags      []string `json:"tags,omitempty"`
+	// Architectures are the per-architecture references (VERSION-ARCH) of
+	// an output of several architectures.
+	Architectures []string `json:"architectures,omitempty"`
 }
 
 func newPush(stdout, _ io.Writer) *cobra.Command {
@@ -38,6 +41,10 @@ func newPush(stdout, _ io.Writer) *cobra.Command {
 boot identity: per architecture the v1 manifest, then the IronCore Image V2
 kinds (UKI, EFI, Disk; --no-v2 leaves them out). REF is a registry reference (registry/repo:tag) or oci:PATH[:TAG]
 for a local OCI layout; without REF it goes to oci:out/oci:<version>.
+An OUTPUT of several architectures (OUTPUT/ARCH, from a recipe with
+base.architectures) becomes one index with a manifest per architecture,
+and each architecture is also pushed alone under REF's tag -ARCH
+(VERSION-amd64, VERSION-arm64), as IronCore's os-images tags them.
 Credentials come from the docker config and the environment, never from flags.`,
 		Args: icli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -50,23 +57,27 @@ Credentials come from the docker config and the environment, never from flags.`,
 					return err
 				}
 			}
+			dirs, err := outputDirs(args[0])
+			if err != nil {
+				return err
+			}
 			var ref string
 			if len(args) == 2 {
 				ref = args[1]
 			} else {
 				// publish.Push's default, spelled out so that it can be reported.
-				m, err := osimage.ReadManifest(args[0])
+				m, err := osimage.ReadManifest(dirs[0])
 				if err != nil {
 					return err
 				}
 				ref = publish.LayoutPrefix + publish.DefaultLayout + ":" + m.Version
 			}
-			h, err := publish.Push(cmd.Context(), args[0], ref, opts)
+			h, archRefs, err := pushArchitectures(cmd.Context(), dirs, ref, opts)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return icli.WriteJSON(stdout, pushResult{Reference: ref, Digest: h.String(), Tags: opts.Tags})
+				return icli.WriteJSON(stdout, pushResult{Reference: ref, Digest: h.String(), Tags: opts.Tags, Architectures: archRefs})
 			}
 			_, err = fmt.Fprintln(stdout, h.String())
 			return err
