@@ -43,6 +43,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, tiers ...Tier) i
 	fs.BoolVar(&o.NoUefiHttp, "no-uefi-http", false, "no UefiHttp boot target")
 	fs.BoolVar(&o.NoVirtualMedia, "no-virtual-media", false, "no virtual media")
 	fs.BoolVar(&o.AsyncReset, "async-reset", false, "answer Reset with a task monitor")
+	fs.StringVar(&o.InstructionSet, "instruction-set", "x86-64", "the InstructionSet the system's CPU reports (x86-64, ARM-A64, ...): what the boot driver picks the image's build by")
 	personality := fs.String("personality", "", "vendor behaviour preset: "+strings.Join(PersonalityNames(), ", ")+" (other flags add to it)")
 	for _, t := range tiers {
 		t.Flags(fs)

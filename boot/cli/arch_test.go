@@ -107,6 +107,9 @@ func TestArchitectureExitCodes(t *testing.T) {
 	emu := redfishemu.New(redfishemu.Options{InstructionSet: "ARM-A64"})
 	bmc := httptest.NewServer(emu)
 	defer bmc.Close()
+	if code, stdout, stderr := run(t, "status", "--bmc", bmc.URL); code != ExitOK || !strings.Contains(stdout, "arch:         arm64 (the BMC's Processors report ARM-A64)") {
+		t.Errorf("status: exit %d, want the arch line\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
 	code, _, stderr := run(t, "boot", "--bmc", bmc.URL, "--image", amd64Only, "--insecure-registry", "--artifact-listen", listen,
 		"--cache-dir", filepath.Join(t.TempDir(), "cache"), "--serve-after-boot", "0s", "--timeout", "20s")
 	if code != ExitMismatch || !strings.Contains(stderr, "the server is arm64") || !strings.Contains(stderr, "built for [amd64] only") {

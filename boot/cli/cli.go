@@ -420,6 +420,8 @@ func (o *options) status(ctx context.Context) error {
 		return icli.WriteJSON(o.stdout, out)
 	}
 	fmt.Fprintf(o.stdout, "manufacturer: %s\npower:        %s\noverride:     %s %s %s\n", out.Capabilities.Manufacturer, out.PowerState, out.Override.Target, out.Override.Enabled, out.Override.HTTPBootURI)
+	arch := boot.ServerArchFromBMC(out.Capabilities.InstructionSet)
+	fmt.Fprintf(o.stdout, "arch:         %s (%s)\n", cmp.Or(arch.Arch, "unknown"), arch.From)
 	if out.Media != nil {
 		fmt.Fprintf(o.stdout, "media:        inserted=%t %s\n", out.Media.Inserted, out.Media.Image)
 	}
