@@ -33,6 +33,14 @@
 #   SOURCE_REPO         provenance: source repository URI (default: git remote origin)
 #   BUILDER_ID          provenance: who builds, e.g. the CI run URL
 #   DRY_RUN             1: print the build and push commands, run none
+#   PUBLISH_ARCH        one architecture's job of the pipeline: build each
+#                       recipe built for it with --arch and push it alone as
+#                       <version>-<git sha7>-<arch> (no release tag); recipes
+#                       not built for it are skipped
+#   PUBLISH_JOIN        the last job: the architectures (e.g. "amd64 arm64")
+#                       whose <version>-<git sha7>-<arch> images are pulled
+#                       back and joined with `builder index` into one index
+#                       under the release tags, SBOM and provenance attached
 # Arguments: recipe files; default every recipes/*.yaml that is not a test
 # recipe (test.yaml, test-*.yaml, *-test.yaml).
 # Registry credentials come from the docker config (~/.docker/config.json or
@@ -55,6 +63,12 @@ fi
 ref=${GIT_REF:-$(git symbolic-ref -q HEAD || echo detached)}
 net_flags=()
 if [[ ${OS_IMAGES_INSECURE:-} == 1 ]]; then net_flags+=(--insecure); fi
+arch=${PUBLISH_ARCH:-}
+read -r -a join <<<"${PUBLISH_JOIN:-}"
+if [[ -n $arch && ${#join[@]} -gt 0 ]]; then
+	echo "publish: PUBLISH_ARCH and PUBLISH_JOIN exclude each other (one is a job per architecture, the other the job joining them)" >&2
+	exit 1
+fi
 # The build's key and certificate also sign the SBOM and provenance push
 # attaches (DSSE envelopes that inspect --verify checks).
 signed=0
@@ -108,6 +122,28 @@ release_tags() {
 	esac
 }
 
+# stage_tag VERSION ARCH: the tag one architecture's job pushes and the
+# joining job reads.
+stage_tag() {
+	tag_safe "$1-$sha-$2" 128
+}
+
+# builds_for RECIPE ARCH: whether the recipe is built for ARCH (its
+# base.architectures, else base.architecture, as the builder renders them).
+builds_for() {
+	local rendered base
+	if ! rendered=$("${builder[@]}" render --json "$1"); then
+		echo "publish: $1: builder render failed" >&2
+		exit 1
+	fi
+	base=$(printf '%s' "$rendered" | tr -d ' \t\n' | grep -o '"base":{[^}]*}')
+	if [[ $base == *'"architectures":['* ]]; then
+		[[ $base =~ \"architectures\":\[[^]]*\"$2\" ]]
+	else
+		[[ $base == *"\"architecture\":\"$2\""* ]]
+	fi
+}
+
 recipes=("$@")
 if [[ ${#recipes[@]} -eq 0 ]]; then
 	for f in recipes/*.yaml; do
@@ -139,8 +175,33 @@ for recipe in "${recipes[@]}"; do
 	if [[ $signed == 0 ]]; then
 		echo "publish: $recipe: UKIs are unsigned (no --sign-key in BUILD_FLAGS)" >&2
 	fi
-	run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --output "$output"
-	read -r -a tags <<<"$(release_tags "$version")"
+	dirs=("$output")
+	if [[ ${#join[@]} -gt 0 ]]; then
+		dirs=()
+		for a in "${join[@]}"; do
+			builds_for "$recipe" "$a" || continue
+			rm -rf "$output-$a"
+			run "${builder[@]}" pull ${net_flags[@]+"${net_flags[@]}"} --arch "$a" "$repo:$(stage_tag "$version" "$a")" "$output-$a"
+			dirs+=("$output-$a")
+		done
+		if [[ ${#dirs[@]} -eq 0 ]]; then
+			echo "publish: $recipe is built for none of: ${join[*]}" >&2
+			exit 1
+		fi
+	elif [[ -n $arch ]]; then
+		if ! builds_for "$recipe" "$arch"; then
+			echo "publish: $recipe: not built for $arch, skipped" >&2
+			continue
+		fi
+		run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --arch "$arch" --output "$output"
+	else
+		run "${builder[@]}" build "$recipe" ${build_flags[@]+"${build_flags[@]}"} --output "$output"
+	fi
+	if [[ -n $arch ]]; then
+		tags=("$(stage_tag "$version" "$arch")")
+	else
+		read -r -a tags <<<"$(release_tags "$version")"
+	fi
 	# One push: the index, every tag on it, then the SBOM and provenance
 	# attached to its digest.
 	provenance=(--recipe "$recipe" --source-commit "$commit")
@@ -150,11 +211,19 @@ for recipe in "${recipes[@]}"; do
 	if [[ -n ${BUILDER_ID:-} ]]; then provenance+=(--builder-id "$BUILDER_ID"); fi
 	extra=()
 	for tag in "${tags[@]:1}"; do extra+=(--tag "$tag"); done
-	run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" "${extra[@]}" "$output" "$repo:${tags[0]}"
+	if [[ ${#join[@]} -gt 0 ]]; then
+		run "${builder[@]}" index ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" ${extra[@]+"${extra[@]}"} "${dirs[@]}" "$repo:${tags[0]}"
+	else
+		run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" ${extra[@]+"${extra[@]}"} "$output" "$repo:${tags[0]}"
+	fi
+	verify=$(
+		IFS=,
+		echo "${dirs[*]}"
+	)
 	# Every tag must now name exactly this output, SBOM and provenance
 	# attached: no tag is trusted to be right because the push said so.
 	for tag in "${tags[@]}"; do
-		run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "$output" "$repo:$tag" >/dev/null
+		run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "$verify" "$repo:$tag" >/dev/null
 		echo "$repo:$tag" >>"$pushed_list"
 	done
 	echo "publish: $recipe -> $repo:{$(

@@ -5,14 +5,16 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// workflowFile is the os-images pipeline, kept under ci/ (see its header).
-const workflowFile = "../ci/workflows/os-images.yml"
+// workflowFile is the os-images pipeline GitHub runs (see its header);
+// the scripts it calls stay under ci/.
+const workflowFile = "../.github/workflows/os-images.yml"
 
 type workflow struct {
 	Env  map[string]string `yaml:"env"`
@@ -27,7 +29,7 @@ type workflow struct {
 	} `yaml:"jobs"`
 }
 
-// TestWorkflowInvocations parses ci/workflows/os-images.yml and checks that
+// TestWorkflowInvocations parses .github/workflows/os-images.yml and checks that
 // every builder command a run step makes, directly or through
 // ci/publish.sh (run with DRY_RUN=1 and the workflow's BUILD_FLAGS), is a
 // real command and flag combination of the builder built from this tree:
@@ -71,7 +73,7 @@ func TestWorkflowInvocations(t *testing.T) {
 					checked++
 				}
 				if strings.Contains(line, "ci/publish.sh") {
-					for _, args := range publishDryRun(t, bin, buildFlags) {
+					for _, args := range publishDryRun(t, bin, buildFlags, publishModes(job.Env)...) {
 						checkInvocation(t, bin, where+" (ci/publish.sh)", args)
 						checked++
 					}
@@ -116,7 +118,7 @@ func flagTokens(s string) []string {
 
 // publishDryRun runs ci/publish.sh with DRY_RUN=1 and returns the builder
 // commands it would run.
-func publishDryRun(t *testing.T, bin string, buildFlags []string) [][]string {
+func publishDryRun(t *testing.T, bin string, buildFlags []string, env ...string) [][]string {
 	t.Helper()
 	var flags []string
 	for i := 0; i < len(buildFlags); i++ {
@@ -129,6 +131,7 @@ func publishDryRun(t *testing.T, bin string, buildFlags []string) [][]string {
 	cmd := exec.Command("bash", "../ci/publish.sh")
 	cmd.Env = append(os.Environ(), "DRY_RUN=1", "OS_IMAGES_REGISTRY=registry.test/org", "BUILDER="+bin,
 		"OUT_DIR="+t.TempDir(), "BUILD_FLAGS="+strings.Join(flags, " "), "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_REF=refs/heads/main")
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("DRY_RUN=1 ci/publish.sh: %v\n%s", err, out)
@@ -406,4 +409,162 @@ func pathDir(p string) string {
 		return p[:i]
 	}
 	return p
+}
+
+// publishModes is the environment a job hands ci/publish.sh that chooses
+// its mode: PUBLISH_JOIN as written, PUBLISH_ARCH from the matrix as amd64
+// (the architecture every recipe is built for).
+func publishModes(env map[string]string) []string {
+	var out []string
+	if v, ok := env["PUBLISH_ARCH"]; ok {
+		if strings.Contains(v, "${{") {
+			v = "amd64"
+		}
+		out = append(out, "PUBLISH_ARCH="+v)
+	}
+	if v, ok := env["PUBLISH_JOIN"]; ok {
+		out = append(out, "PUBLISH_JOIN="+v)
+	}
+	return out
+}
+
+// pipeline is the part of the workflow the architecture tests read.
+type pipeline struct {
+	Jobs map[string]struct {
+		If       string            `yaml:"if"`
+		RunsOn   string            `yaml:"runs-on"`
+		Needs    yaml.Node         `yaml:"needs"`
+		Env      map[string]string `yaml:"env"`
+		Strategy struct {
+			Matrix struct {
+				Include []map[string]string `yaml:"include"`
+			} `yaml:"matrix"`
+		} `yaml:"strategy"`
+		Steps []struct {
+			Name string `yaml:"name"`
+			Uses string `yaml:"uses"`
+			Run  string `yaml:"run"`
+		} `yaml:"steps"`
+	} `yaml:"jobs"`
+}
+
+func readPipeline(t *testing.T) pipeline {
+	t.Helper()
+	raw, err := os.ReadFile(workflowFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p pipeline
+	if err := yaml.Unmarshal(raw, &p); err != nil {
+		t.Fatalf("%s: %v", workflowFile, err)
+	}
+	return p
+}
+
+// nodeStrings is a string or a list of strings (needs:).
+func nodeStrings(n yaml.Node) []string {
+	if n.Kind == yaml.ScalarNode {
+		return []string{n.Value}
+	}
+	var out []string
+	for _, c := range n.Content {
+		out = append(out, c.Value)
+	}
+	return out
+}
+
+func runsPublish(steps []struct {
+	Name string `yaml:"name"`
+	Uses string `yaml:"uses"`
+	Run  string `yaml:"run"`
+}) bool {
+	for _, st := range steps {
+		if strings.Contains(st.Run, "ci/publish.sh") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestWorkflowArchitectures: one job builds each architecture on GitHub's
+// native runner for it (amd64 on ubuntu-24.04, arm64 on
+// ubuntu-24.04-arm) through ci/publish.sh in PUBLISH_ARCH mode, and a job
+// that needs it joins both (PUBLISH_JOIN) into one index.
+func TestWorkflowArchitectures(t *testing.T) {
+	p := readPipeline(t)
+	want := map[string]string{"amd64": "ubuntu-24.04", "arm64": "ubuntu-24.04-arm"}
+	var builders []string
+	for name, job := range p.Jobs {
+		if job.Env["PUBLISH_ARCH"] == "" {
+			continue
+		}
+		builders = append(builders, name)
+		if job.Env["PUBLISH_ARCH"] != "${{ matrix.arch }}" || job.RunsOn != "${{ matrix.runner }}" {
+			t.Errorf("job %s: PUBLISH_ARCH %q on %q, want ${{ matrix.arch }} on ${{ matrix.runner }}", name, job.Env["PUBLISH_ARCH"], job.RunsOn)
+		}
+		got := map[string]string{}
+		for _, m := range job.Strategy.Matrix.Include {
+			got[m["arch"]] = m["runner"]
+		}
+		for arch, runner := range want {
+			if got[arch] != runner {
+				t.Errorf("job %s: %s runs on %q, want %s (native)", name, arch, got[arch], runner)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("job %s: matrix %v, want exactly %v", name, got, want)
+		}
+		if !runsPublish(job.Steps) {
+			t.Errorf("job %s: does not run ci/publish.sh", name)
+		}
+	}
+	if len(builders) != 1 {
+		t.Fatalf("jobs building one architecture (env PUBLISH_ARCH): %v, want one matrix job", builders)
+	}
+	joined := 0
+	for name, job := range p.Jobs {
+		if job.Env["PUBLISH_JOIN"] == "" {
+			continue
+		}
+		joined++
+		if !slices.Contains(nodeStrings(job.Needs), builders[0]) {
+			t.Errorf("job %s joins before %s has built (needs: %v)", name, builders[0], nodeStrings(job.Needs))
+		}
+		arches := strings.Fields(job.Env["PUBLISH_JOIN"])
+		if len(arches) != 2 || !slices.Contains(arches, "amd64") || !slices.Contains(arches, "arm64") {
+			t.Errorf("job %s: PUBLISH_JOIN %q, want amd64 and arm64", name, job.Env["PUBLISH_JOIN"])
+		}
+		if !runsPublish(job.Steps) {
+			t.Errorf("job %s: does not run ci/publish.sh", name)
+		}
+	}
+	if joined != 1 {
+		t.Errorf("%d jobs join the architectures (env PUBLISH_JOIN), want 1", joined)
+	}
+}
+
+// TestWorkflowRegistryCache: every job that builds shares step outputs
+// through the registry ($OSB_CACHE_REPO), not actions/cache (which only
+// helps the same key on the same repository and runner architecture).
+func TestWorkflowRegistryCache(t *testing.T) {
+	p := readPipeline(t)
+	builds := 0
+	for name, job := range p.Jobs {
+		for _, st := range job.Steps {
+			if strings.HasPrefix(st.Uses, "actions/cache@") {
+				t.Errorf("job %s: step %q uses actions/cache: the registry is the cache", name, st.Name)
+			}
+		}
+		if job.Env["PUBLISH_ARCH"] == "" {
+			continue
+		}
+		builds++
+		repo := job.Env["OSB_CACHE_REPO"]
+		if !strings.Contains(repo, "/") || strings.Contains(repo, "secrets.") {
+			t.Errorf("job %s: OSB_CACHE_REPO %q: want a registry repository (no secret)", name, repo)
+		}
+	}
+	if builds == 0 {
+		t.Errorf("no job builds")
+	}
 }
