@@ -53,6 +53,7 @@ type publishRun struct {
 	prefix string // registry path prefix
 	branch string
 	flags  string // BUILD_FLAGS
+	env    []string
 }
 
 // runPublish runs ci/publish.sh with the real builder for push and
@@ -83,6 +84,7 @@ exec %[2]q "$@"
 		"OS_IMAGES_REGISTRY="+host+"/"+r.prefix, "OS_IMAGES_INSECURE=1", "BUILDER="+wrapper,
 		"OUT_DIR="+outDir, "GIT_SHA=0123456789abcdef0123456789abcdef01234567", "GIT_REF=refs/heads/"+r.branch,
 		"BUILD_FLAGS="+r.flags, "SOURCE_REPO=git+https://example.test/os-builder", "BUILDER_ID=https://example.test/run/1")
+	cmd.Env = append(cmd.Env, r.env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("publish.sh: %v\n%s", err, out)
