@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -585,6 +586,53 @@ func TestOCIStepRefusesStoreBlobAlteredAfterImport(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(filepath.Join(out, "usr%bin%tool")); string(b) != "#!/bin/sh\necho tool\n" {
 				t.Errorf("extracted %q", b)
+			}
+		})
+	}
+}
+
+// TestPreflightPlatform: an arm64 build of a layer whose image has no
+// linux/arm64 build fails at plan time, naming the layer, the image and
+// what it has; an index with both serves either architecture.
+func TestPreflightPlatform(t *testing.T) {
+	reg := testutil.NewRegistry(t)
+	amd64Only := pushTestImage(t, reg, "ironcore/amd64-only")
+	arm := testutil.LinuxImage(t, testImage(t), "arm64", nil)
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: testImage(t), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	ref, err := name.ParseReference(reg + "/ironcore/multi:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	multi, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]string{"/usr/local/bin/tool": "/usr/bin/tool"}
+	for _, tt := range []struct {
+		name, image, arch, wantErr string
+	}{
+		{"amd64 image, amd64 build", reg + "/ironcore/amd64-only:v1@" + amd64Only, "amd64", ""},
+		{"amd64 image, arm64 build", reg + "/ironcore/amd64-only:v1@" + amd64Only, "arm64",
+			"layer tools: oci image " + reg + "/ironcore/amd64-only:v1@" + amd64Only + " has no linux/arm64 build (it has: linux/amd64)"},
+		{"index, arm64 build", reg + "/ironcore/multi:v1@" + multi.String(), "arm64", ""},
+		{"index, amd64 build", reg + "/ironcore/multi:v1@" + multi.String(), "amd64", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recipe.Recipe{Base: recipe.Base{Architecture: tt.arch}, Resolved: []*recipe.Layer{{Name: "tools", OCI: []recipe.OCISource{{Image: tt.image, Paths: paths}}}}}
+			err := PreflightOCI(context.Background(), r, t.TempDir())
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want %q", err, tt.wantErr)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -114,16 +115,57 @@ func preflightOne(ctx context.Context, st *OCIStore, stErr error, mirrors Regist
 	}
 	ctx, cancel := context.WithTimeout(ctx, ociPreflightTimeout)
 	defer cancel()
-	desc, err := remote.Head(pull,
+	ropts := []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
 		remote.WithTransport(ociTransport()),
-		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 1, Steps: 1}))
+		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 1, Steps: 1}),
+	}
+	desc, err := remote.Head(pull, ropts...)
 	if err != nil {
 		return unreachableError(image, layer, via, err)
 	}
 	if pinned && desc.Digest.String() != digest.DigestStr() {
 		return unreachableError(image, layer, via, fmt.Errorf("registry serves digest %s for it", desc.Digest))
 	}
-	return nil
+	return checkPlatform(pull, desc.MediaType, layer, image, arch, ropts)
+}
+
+// checkPlatform fails when the image has no linux/arch build: an index
+// without that platform, or one image of another architecture. Only the
+// index or the image's config is read (kilobytes).
+func checkPlatform(ref name.Reference, mt types.MediaType, layer, image, arch string, ropts []remote.Option) error {
+	var have []string
+	if mt.IsIndex() {
+		idx, err := remote.Index(ref, ropts...)
+		if err != nil {
+			return fmt.Errorf("layer %s: oci image %s: %w", layer, image, err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return fmt.Errorf("layer %s: oci image %s: %w", layer, image, err)
+		}
+		for _, m := range im.Manifests {
+			if p := m.Platform; p != nil {
+				if p.OS == "linux" && p.Architecture == arch {
+					return nil
+				}
+				have = append(have, p.OS+"/"+p.Architecture)
+			}
+		}
+	} else {
+		img, err := remote.Image(ref, ropts...)
+		if err != nil {
+			return fmt.Errorf("layer %s: oci image %s: %w", layer, image, err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return fmt.Errorf("layer %s: oci image %s: config: %w", layer, image, err)
+		}
+		if cf.OS == "linux" && cf.Architecture == arch {
+			return nil
+		}
+		have = append(have, cf.OS+"/"+cf.Architecture)
+	}
+	return fmt.Errorf("layer %s: oci image %s has no linux/%s build (it has: %s)", layer, image, arch, strings.Join(have, ", "))
 }
