@@ -19,6 +19,7 @@ import (
 	"github.com/ironcore-dev/os-builder/cache/remote"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
+	"github.com/ironcore-dev/os-builder/recipe"
 )
 
 // cacheRepoEnv names the repository both --cache-from and --cache-to
@@ -94,9 +95,14 @@ func pushAll(ctx context.Context, repo *remote.Repo, s *cache.Store, recipeName 
 	var keys []string
 	recipes := map[string]string{}
 	if recipeName != "" {
-		var err error
-		if keys, err = s.ScopeKeys(recipeName); err != nil {
-			return err
+		// A build of several architectures records each under
+		// NAME/ARCH (builder's cachedRunner scope).
+		for _, scope := range append([]string{recipeName}, archScopes(recipeName)...) {
+			k, err := s.ScopeKeys(scope)
+			if err != nil {
+				return err
+			}
+			keys = append(keys, k...)
 		}
 		if len(keys) == 0 {
 			return fmt.Errorf("no build of recipe %q recorded in %s", recipeName, s.Dir)
@@ -196,16 +202,22 @@ func pruneRemote(cmd *cobra.Command, stdout io.Writer, ref string, olderThan tim
 		if err != nil {
 			return err
 		}
-		p, err := builder.PlanBuild(ctx, r, builder.Options{CacheDir: cacheDir, Locked: true, Init: Init, OutputDir: filepath.Join(os.TempDir(), "osb-prune-plan")})
-		if err != nil {
-			return fmt.Errorf("plan %s: %w", path, err)
-		}
-		for _, st := range p.Steps {
-			if st.Cache == "pending" {
-				return fmt.Errorf("plan %s: step %s: its key needs outputs the local cache does not have; build (or `cache pull`) the recipe first, so prune knows every entry its lock references", path, st.Step)
+		for _, arch := range r.Architectures() {
+			ra, err := r.ForArchitecture(arch)
+			if err != nil {
+				return err
 			}
-			if st.Key != "" {
-				referenced[st.Key] = true
+			p, err := builder.PlanBuild(ctx, ra, builder.Options{CacheDir: cacheDir, Locked: true, Init: Init, OutputDir: filepath.Join(os.TempDir(), "osb-prune-plan")})
+			if err != nil {
+				return fmt.Errorf("plan %s (%s): %w", path, arch, err)
+			}
+			for _, st := range p.Steps {
+				if st.Cache == "pending" {
+					return fmt.Errorf("plan %s (%s): step %s: its key needs outputs the local cache does not have; build (or `cache pull`) the recipe for %s first, so prune knows every entry its lock references", path, arch, st.Step, arch)
+				}
+				if st.Key != "" {
+					referenced[st.Key] = true
+				}
 			}
 		}
 	}
@@ -237,4 +249,14 @@ func pruneRemote(cmd *cobra.Command, stdout io.Writer, ref string, olderThan tim
 	}
 	_, err = fmt.Fprintf(stdout, "deleted %d entries from %s, kept %d\n", len(res.Deleted), res.Repository, res.Kept)
 	return err
+}
+
+// archScopes are the scopes a build of several architectures records a
+// recipe's steps under.
+func archScopes(name string) []string {
+	var out []string
+	for _, a := range recipe.Architectures {
+		out = append(out, name+"/"+a)
+	}
+	return out
 }

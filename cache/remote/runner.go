@@ -92,6 +92,9 @@ func (r *Runner) pull(ctx context.Context, name, key string) {
 		r.mu.Lock()
 		r.stats.Pulled++
 		r.stats.PulledBytes += n
+		if r.to != nil && r.to.String() == r.from.String() {
+			r.pushing[key] = true // it is there
+		}
 		r.mu.Unlock()
 		r.logf("remote cache: %s: pulled %.12s from %s (%d bytes in %s)", name, key, r.from, n, time.Since(began).Round(time.Millisecond))
 	case errors.Is(err, ErrNotFound):
