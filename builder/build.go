@@ -303,6 +303,16 @@ func (l *lane) finish() (*osimage.BuildManifest, error) {
 	return l.b.publish(arts, l.v, l.res.keys, l.out.dir, l.final)
 }
 
+// graphNode is n's name and dependencies in the graph: with the run's
+// prefix (ARCH/) when the graph holds several architectures.
+func (b *buildRun) graphNode(n node) (string, []string) {
+	deps := n.deps()
+	for i := range deps {
+		deps[i] = b.prefix + deps[i]
+	}
+	return b.prefix + n.name, deps
+}
+
 // runLanes runs every run's table in one graph and publishes each output.
 func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, error) {
 	if len(runs) == 0 {
@@ -323,11 +333,8 @@ func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, 
 		}
 		lanes = append(lanes, l)
 		for _, n := range l.ns {
-			deps := n.deps()
-			for i := range deps {
-				deps[i] = b.prefix + deps[i]
-			}
-			n.name = b.prefix + n.name
+			var deps []string
+			n.name, deps = b.graphNode(n)
 			byNode[n.name] = l.res
 			if err := g.Add(graph.Node{Name: n.name, Deps: deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, l.res, l.out)}); err != nil {
 				return nil, err

@@ -119,3 +119,54 @@ func TestTableNeedsAreGiven(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildGraphDocArchitectures: docs/build-graph.md's graph of a recipe
+// of two architectures (recipes/test-multiarch.yaml) is the one the build
+// makes of it (-update rewrites it).
+func TestBuildGraphDocArchitectures(t *testing.T) {
+	root := buildertest.RepoRoot(t)
+	r, err := recipe.Load(filepath.Join(root, "recipes/test-multiarch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _, err := ArchitectureRuns(r, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("| node | needs |\n|---|---|\n")
+	for _, ra := range rs {
+		run := &buildRun{r: ra, prefix: ra.Base.Architecture + "/", opts: Options{CacheDir: t.TempDir()},
+			art: artifacts.Config{Outputs: ra.OutputSet(), Arch: ra.Base.Architecture}, log: progress.New(nil, false, progress.ModePlain)}
+		ns, _ := run.table("")
+		for _, n := range ns {
+			name, deps := run.graphNode(n)
+			needs := "-"
+			if len(deps) > 0 {
+				needs = "`" + strings.Join(deps, "`, `") + "`"
+			}
+			fmt.Fprintf(&b, "| `%s` | %s |\n", name, needs)
+		}
+	}
+	want := b.String()
+	path := filepath.Join(root, "docs/build-graph.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?s)(<!-- architectures graph[^\n]*-->\n)(.*?)(<!-- end architectures graph -->)`)
+	m := re.FindSubmatchIndex(doc)
+	if m == nil {
+		t.Fatalf("%s: no architectures graph markers", path)
+	}
+	if got := string(doc[m[4]:m[5]]); got != want {
+		if testutil.Updating() {
+			doc = append(append(append([]byte{}, doc[:m[4]]...), want...), doc[m[5]:]...)
+			if err := os.WriteFile(path, doc, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("%s's architectures graph is not the build's (go test ./builder -run TestBuildGraphDocArchitectures -update rewrites it):\n--- doc\n%s--- graph\n%s", path, got, want)
+	}
+}
