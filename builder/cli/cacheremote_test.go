@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
+)
+
+// TestCachePushPull: `cache push` moves a local cache to a registry
+// repository and `cache pull` into another, empty cache, where the entry
+// is sealed anew and verifies; a second push pushes nothing; --recipe
+// pushes only the entries that recipe's last build used.
+func TestCachePushPull(t *testing.T) {
+	reg := testutil.NewRegistry(t)
+	dirA, a, key := filledCache(t)
+	transfer := func(args ...string) transferResult {
+		t.Helper()
+		code, stdout, stderr := runBuilder(t, append(args, "--json")...)
+		if code != exitcode.OK {
+			t.Fatalf("builder %s: exit %d\n%s", strings.Join(args, " "), code, stderr)
+		}
+		var res transferResult
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatalf("builder %s: %v\n%s", strings.Join(args, " "), err, stdout)
+		}
+		return res
+	}
+	repo := reg + "/osb/cache"
+	if res := transfer("cache", "push", repo, "--cache-dir", dirA); res.Entries != 1 || res.Bytes == 0 {
+		t.Errorf("push: %+v, want 1 entry", res)
+	}
+	if res := transfer("cache", "push", repo, "--cache-dir", dirA); res.Entries != 0 || res.Skipped != 1 {
+		t.Errorf("second push: %+v, want 1 skipped", res)
+	}
+	dirB := t.TempDir()
+	if res := transfer("cache", "pull", repo, "--cache-dir", dirB); res.Entries != 1 {
+		t.Errorf("pull: %+v, want 1 entry", res)
+	}
+	b, err := cache.Open(dirB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Verify(key); err != nil {
+		t.Errorf("pulled entry: %v", err)
+	}
+
+	// --recipe: only what the recipe's last build used.
+	var in cache.Inputs
+	in.Add("x", "1")
+	if err := a.Remember("r", "step", in); err != nil {
+		t.Fatal(err)
+	}
+	other := reg + "/osb/other"
+	if res := transfer("cache", "push", other, "--recipe", "r", "--cache-dir", dirA); res.Entries != 1 {
+		t.Errorf("push --recipe r: %+v, want its 1 entry", res)
+	}
+	if code, _, stderr := runBuilder(t, "cache", "push", other, "--recipe", "nobody", "--cache-dir", dirA); code == exitcode.OK || !strings.Contains(stderr, `no build of recipe "nobody"`) {
+		t.Errorf("push --recipe of a recipe never built: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runBuilder(t, "cache", "prune", "--remote", repo, "--cache-dir", dirA); code != exitcode.Usage || !strings.Contains(stderr, "--older-than") {
+		t.Errorf("prune --remote without --older-than: exit %d, %s", code, stderr)
+	}
+}
