@@ -157,19 +157,7 @@ func TestHypervisorBoot(t *testing.T) {
 // 10.0.2.2). The machinepoollet API server is a host port nothing listens on.
 func serveNode(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiPort := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cfg, err := ignition.Generate(e2eNode(fmt.Sprintf("10.0.2.2:%d", apiPort)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ignition.Validate(cfg); err != nil {
-		t.Fatalf("the test's node config does not validate: %v", err)
-	}
+	cfg := nodeIgnition(t)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/node.ign" {
 			http.NotFound(w, r)
@@ -185,6 +173,24 @@ func serveNode(t *testing.T) string {
 	go func() { _ = srv.Serve(hl) }()
 	t.Cleanup(func() { srv.Close() })
 	return fmt.Sprintf("http://10.0.2.2:%d/node.ign", hl.Addr().(*net.TCPAddr).Port)
+}
+
+// nodeIgnition is e2eNode's ignition config, validated, with a
+// machinepoollet API server at a host port nothing listens on.
+func nodeIgnition(t *testing.T) []byte {
+	t.Helper()
+	_, apiPort, err := net.SplitHostPort(testutil.FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ignition.Generate(e2eNode("10.0.2.2:" + apiPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ignition.Validate(cfg); err != nil {
+		t.Fatalf("the test's node config does not validate: %v", err)
+	}
+	return cfg
 }
 
 // consoleCheck is a shell command run on the VM's autologin console; its

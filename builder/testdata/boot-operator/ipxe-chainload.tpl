@@ -1,0 +1,6 @@
+#!ipxe
+
+set ipxe-svc {{.IPXEServerURL}}
+
+set base-url ${ipxe-svc}/ipxe
+chain --replace --autofree ${base-url}/${uuid}
