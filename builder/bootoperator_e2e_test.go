@@ -363,3 +363,52 @@ func initrdFile(t *testing.T, initrd, name string) (string, bool) {
 		}
 	}
 }
+
+// TestBootOperatorTemplates: the testdata templates are the upstream bytes
+// testdata/boot-operator/SOURCE records, and the script renders to the
+// fixed kernel command line the image's own command line must survive.
+func TestBootOperatorTemplates(t *testing.T) {
+	dir := filepath.Join("testdata", "boot-operator")
+	source := string(testutil.ReadFile(t, filepath.Join(dir, "SOURCE")))
+	checked := 0
+	var file string
+	for _, line := range strings.Split(source, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && strings.HasSuffix(f[0], ".tpl"):
+			file = f[0]
+		case len(f) == 2 && f[0] == "sha256" && file != "":
+			if got := testutil.FileSHA256(t, filepath.Join(dir, file)); got != f[1] {
+				t.Errorf("%s: sha256 %s, SOURCE records %s: not the upstream text", file, got, f[1])
+			}
+			checked++
+		}
+	}
+	if checked != 2 {
+		t.Fatalf("SOURCE records %d digests, want 2", checked)
+	}
+
+	bo := &bootOperator{}
+	var buf bytes.Buffer
+	data := bootOperatorTemplateData{KernelURL: "K", InitrdURL: "I", SquashfsURL: "S", IPXEServerURL: "http://svc"}
+	buildertest.Must(t, bo.render(&buf, "ipxe-script.tpl", data))
+	const kernel = "kernel ${kernel-url} initrd=initrd gl.ovl=/:tmpfs gl.url=${squashfs-url} gl.live=1 ip=any ignition.firstboot=1 " +
+		"ignition.config.url=${ipxe-svc}/ignition/${uuid} ignition.platform.id=metal console=ttyS0,115200 console=tty0 " +
+		"console=ttyAMA0 earlyprintk=ttyS0,115200 consoleblank=0\n"
+	for _, want := range []string{"set ipxe-svc http://svc\n", "set kernel-url K\n", "set initrd-url I\n", "set squashfs-url S\n", kernel, "initrd ${initrd-url}\n"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the rendered script lacks %q:\n%s", want, buf.String())
+		}
+	}
+	if strings.Contains(buf.String(), "osb.") {
+		t.Errorf("boot-operator's script names an osb.* parameter:\n%s", buf.String())
+	}
+	// Without a squashfs layer (optional upstream since #352) the gl.*
+	// words go; our images always publish root.squashfs.
+	buf.Reset()
+	data.SquashfsURL = ""
+	buildertest.Must(t, bo.render(&buf, "ipxe-script.tpl", data))
+	if strings.Contains(buf.String(), "gl.") {
+		t.Errorf("without SquashfsURL the script still has gl.* words:\n%s", buf.String())
+	}
+}
