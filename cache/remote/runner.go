@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
@@ -173,14 +176,19 @@ func (r *Runner) downLocked(why string) {
 		return
 	}
 	r.down = true
-	r.logf("remote cache: the registry does not answer, building with the local cache only from here on: %s", why)
+	r.logf("remote cache: the registry does not answer (or refuses our credentials), building with the local cache only from here on: %s", why)
 }
 
-// unreachable reports an error of the connection rather than of an entry:
-// the registry is gone, so asking it again for every step only waits.
+// unreachable reports an error of the connection or the credentials
+// rather than of an entry: the registry is gone or refuses us, so asking
+// it again for every step only waits.
 func unreachable(err error) bool {
 	var ne net.Error
 	var oe *net.OpError
+	var te *transport.Error
+	if errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden) {
+		return true
+	}
 	return errors.As(err, &oe) || errors.As(err, &ne) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
