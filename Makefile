@@ -48,14 +48,17 @@ HYPERVISOR_FLAGS ?= --exclude-layer dpservice
 # --locked: CI builds exactly what the committed locks pin. The test image
 # again, signed with a test key: what the Secure Boot boots enroll and boot
 # (only the UKI-bearing artifacts are made anew). The test image for arm64,
-# built here under qemu-user (its base: ~12 minutes cold), booted by the
-# builder's TestBootARM64* in qemu-system-aarch64.
+# built here under qemu-user (its base: ~12 minutes cold on 2 cores),
+# booted by the builder's TestBootARM64* in qemu-system-aarch64.
 test-image: setup builder
 	bin/builder build recipes/test.yaml --locked --output out/test
 	test -e out/keys/db.crt || bin/builder genkey out/keys
 	bin/builder build recipes/test.yaml --locked --output out/test-signed --sign-key out/keys/db.key --sign-cert out/keys/db.crt
-	bin/builder build recipes/test-multiarch.yaml --locked --arch arm64 --output out/test-arm64
-	bin/builder build recipes/hypervisor.yaml $(HYPERVISOR_FLAGS) --locked --output out/hypervisor
+	@# The arm64 image (its base emulated: CPU) beside the hypervisor (its
+	@# packages: mostly downloads); the cache takes concurrent builds.
+	bin/builder build recipes/test-multiarch.yaml --locked --arch arm64 --output out/test-arm64 & arm=$$!; \
+	bin/builder build recipes/hypervisor.yaml $(HYPERVISOR_FLAGS) --locked --output out/hypervisor; hv=$$?; \
+	wait $$arm && exit $$hv
 
 # integrations/metal-operator is a module of its own (Kubernetes stays out
 # of the main module); sum.golang.org is not asked about ironcore-dev modules.
