@@ -255,6 +255,9 @@ func TestBootOperatorIPXE(t *testing.T) {
 		}
 	}
 
+	// The image is what it is for, booted the way IronCore boots it.
+	checkHypervisorServices(t, ctx, vm)
+
 	// The boot server saw boot-operator's sequence: chainload, script,
 	// kernel and initramfs by digest, ignition; never the squashfs layer.
 	reqs := strings.Join(bo.log(), "\n")

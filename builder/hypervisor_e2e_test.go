@@ -8,14 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/ignition"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
@@ -61,54 +57,20 @@ func e2eNode(apiServer string) ignition.Node {
 	}
 }
 
-// TestHypervisorBoot boots the hypervisor image (TCG, 2 GiB) with a node
-// config served over HTTP (ignition.config.url= on the kernel command line,
-// fetched over QEMU's user network from 10.0.2.2) and checks on the
-// console: ignition applied the config; libvirtd is active and virsh lists
-// capabilities; libvirt-provider is active and its health and metrics
-// endpoints answer; machinepoollet waits for its API server, active, with a
-// clear line in its journal and on the console; metalnet, unconfigured,
-// says it waits for configuration; the boot reached multi-user.target
-// (nothing waits in "activating"); no unit failed.
-func TestHypervisorBoot(t *testing.T) {
-	t.Parallel()
-	out := hypervisorOutput(t)
-	buildertest.RequireTools(t, "qemu-system-x86_64")
-	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))
-	if err != nil {
-		t.Fatal(err)
+// checkHypervisorServices checks on the console of a booted hypervisor
+// (e2eNode's config applied) what the image is for: libvirtd is active and
+// virsh lists capabilities; libvirt-provider is active and its health and
+// metrics endpoints answer; machinepoollet waits for its API server,
+// active, with a clear line in its journal and on the console; metalnet,
+// unconfigured, says it waits for configuration; no unit failed.
+// TestBootOperatorIPXE boots the hypervisor the way IronCore boots it and
+// runs these; TestHypervisorBootNoNIC and TestHypervisorBootLinkDown boot
+// it from its own command line under UEFI.
+func checkHypervisorServices(t *testing.T, ctx context.Context, vm *qemu.VM) {
+	t.Helper()
+	if _, err := vm.WaitFor(ctx, "machinepoollet: waiting for API server at https://10.0.2.2:"); err != nil { // on the console
+		t.Fatalf("waiting for machinepoollet's line: %v", err)
 	}
-
-	url := serveNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	vm, err := qemu.Start(ctx, qemu.Config{
-		Kernel:    filepath.Join(out, "vmlinuz"),
-		Initrd:    filepath.Join(out, "initrd.img"),
-		Append:    strings.TrimSpace(string(cmdline)) + " ignition.config.url=" + url,
-		UEFI:      true,
-		MemoryMB:  2048,
-		CPUs:      2,
-		Net:       &qemu.NetConfig{},
-		SerialLog: os.Getenv("OSB_HYPERVISOR_SERIAL_LOG"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Stop()
-	for _, want := range []string{
-		"ignition-apply: config from the kernel command line",
-		"ignition-apply: applied",
-		// machinepoollet waits for its API server, active: the boot is done.
-		"osb-boot-report: reached multi-user.target; failed units: none",
-		"machinepoollet: waiting for API server at https://10.0.2.2:", // on the console
-		"root@hv-e2e", // autologin shell: the hostname and the drop-in applied
-	} {
-		if _, err := vm.WaitFor(ctx, want); err != nil {
-			t.Fatalf("waiting for %q: %v", want, err)
-		}
-	}
-
 	got := consoleChecks(t, ctx, vm, []consoleCheck{
 		{"hostname", "hostname"},
 		{"libvirtd", "systemctl is-active libvirtd"},
