@@ -313,6 +313,14 @@ func (b *buildRun) graphNode(n node) (string, []string) {
 	return b.prefix + n.name, deps
 }
 
+// laneJobs is the job slots a node of one of lanes architectures takes:
+// at most its share of the slots, so that a step wanting two (assemble)
+// does not wait, on two cores, for the other architecture's bootstrap
+// (minutes, when it is emulated) to free the second.
+func laneJobs(jobs, slots, lanes int) int {
+	return max(1, min(jobs, slots/lanes))
+}
+
 // runLanes runs every run's table in one graph and publishes each output.
 func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, error) {
 	if len(runs) == 0 {
@@ -336,7 +344,7 @@ func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, 
 			var deps []string
 			n.name, deps = b.graphNode(n)
 			byNode[n.name] = l.res
-			if err := g.Add(graph.Node{Name: n.name, Deps: deps, Jobs: n.jobs, MemMiB: n.mem, Run: b.runNode(n, l.res, l.out)}); err != nil {
+			if err := g.Add(graph.Node{Name: n.name, Deps: deps, Jobs: laneJobs(n.jobs, b.opts.Jobs, len(runs)), MemMiB: n.mem, Run: b.runNode(n, l.res, l.out)}); err != nil {
 				return nil, err
 			}
 		}

@@ -170,3 +170,16 @@ func TestBuildGraphDocArchitectures(t *testing.T) {
 		t.Errorf("%s's architectures graph is not the build's (go test ./builder -run TestBuildGraphDocArchitectures -update rewrites it):\n--- doc\n%s--- graph\n%s", path, got, want)
 	}
 }
+
+func TestLaneJobs(t *testing.T) {
+	for _, tt := range []struct{ jobs, slots, lanes, want int }{
+		{2, 2, 1, 2}, // one architecture: as the table says
+		{2, 2, 2, 1}, // two on two cores: assemble beside the other's bootstrap
+		{2, 8, 2, 2},
+		{1, 1, 2, 1}, // never none
+	} {
+		if got := laneJobs(tt.jobs, tt.slots, tt.lanes); got != tt.want {
+			t.Errorf("laneJobs(%d, %d, %d) = %d, want %d", tt.jobs, tt.slots, tt.lanes, got, tt.want)
+		}
+	}
+}
