@@ -22,6 +22,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ggcr "github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/cache/remote"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
@@ -57,6 +58,7 @@ type e2e struct {
 	reg         *testutil.Registry
 	repo        string
 	cold        *buildRun
+	coldMachine machine
 	steps       []string          // cacheable steps of the recipe
 	keys        map[string]string // step -> key, from the cold build's plan
 }
@@ -115,6 +117,11 @@ func (e *e2e) tryBuild(t testing.TB, m machine, pid bool, flags ...string) (*bui
 	}
 	run.log = log.String()
 	t.Logf("%s: built in %s", m.name, took.Round(time.Second))
+	for _, l := range strings.Split(run.log, "\n") {
+		if strings.HasPrefix(l, "remote cache: pushed ") || strings.HasPrefix(l, "remote cache: pulled ") && strings.Contains(l, "entries") {
+			t.Logf("%s: %s", m.name, l)
+		}
+	}
 	return run, nil
 }
 
@@ -166,6 +173,7 @@ func TestRemoteCacheE2E(t *testing.T) {
 	reg := e.reg
 
 	a := newMachine(t, "A")
+	e.coldMachine = a
 	e.cold = e.build(t, a, false, "--cache-to", e.repo)
 	if !strings.Contains(e.cold.log, "remote cache: pushed ") {
 		t.Errorf("A: no summary of its pushes:\n%s", e.cold.log)
@@ -217,8 +225,24 @@ func TestRemoteCacheE2E(t *testing.T) {
 	t.Run("RegistryGoesAway", func(t *testing.T) {
 		// A proxy to the registry that dies after a third of the entries'
 		// bytes: the steps pulled by then are hits, the rest run here.
-		p := startDyingProxy(t, reg.Host, e.remoteBytes(t)/3)
-		d := e.build(t, newMachine(t, "D"), false, "--cache-from", p+"/osb/cache")
+		// D has the bootstrap tree already (a copy of A's entry): what
+		// runs here after the registry is gone is the cheap steps, not a
+		// bootstrap.
+		dm := newMachine(t, "D")
+		boot := e.keys["bootstrap"]
+		entries := filepath.Join(dm.dir, "cache", "entries")
+		if err := os.MkdirAll(entries, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", filepath.Join(e.coldMachine.dir, "cache", "entries", boot), entries).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+		rest := e.remoteBytes(t) - e.entryBytes(t, boot)
+		p := startDyingProxy(t, reg.Host, rest/3)
+		d := e.build(t, dm, false, "--cache-from", p+"/osb/cache")
+		if d.ran["bootstrap"] {
+			t.Errorf("D ran the bootstrap it had")
+		}
 		if !strings.Contains(d.log, "the registry does not answer") {
 			t.Errorf("D: the registry went away unnoticed:\n%s", d.log)
 		}
@@ -232,6 +256,40 @@ func TestRemoteCacheE2E(t *testing.T) {
 			t.Errorf("D ran no step: the proxy did not go away mid-build")
 		}
 		e.sameArtifacts(t, "D", d)
+	})
+
+	t.Run("PruneRemote", func(t *testing.T) {
+		// An entry no plan of the recipe names (pushed from a store of
+		// its own) goes; every entry the recipe's plan names stays.
+		s, err := cache.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in cache.Inputs
+		in.Add("stale", "an entry of an old lock")
+		if _, err := s.Fill(context.Background(), "stale", in, func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "f"), []byte("old"), 0o644)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := remote.Open(e.repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Push(context.Background(), s, in.Key(), "test"); err != nil {
+			t.Fatal(err)
+		}
+		before := e.remoteKeys(t, e.repo)
+		out := e.pruneRemote(t, e.repo)
+		after := e.remoteKeys(t, e.repo)
+		if after[in.Key()] || len(after) != len(before)-1 {
+			t.Errorf("prune --remote: %d entries before, %d after (stale one kept: %v):\n%s", len(before), len(after), after[in.Key()], out)
+		}
+		for _, st := range e.steps {
+			if !after[e.keys[st]] {
+				t.Errorf("prune --remote deleted step %s's entry, which the plan names", st)
+			}
+		}
 	})
 
 	t.Run("ThreeAtOnce", func(t *testing.T) {
@@ -269,6 +327,18 @@ func TestRemoteCacheE2E(t *testing.T) {
 	})
 }
 
+// pruneRemote runs `builder cache prune --remote` with A's cache.
+func (e *e2e) pruneRemote(t *testing.T, repo string) string {
+	t.Helper()
+	cmd := exec.Command(e.bin, "cache", "prune", "--remote", repo, "--older-than", "1ns", e.recipe)
+	cmd.Env = append(os.Environ(), "OSB_CACHE_DIR="+filepath.Join(e.coldMachine.dir, "cache"), "XDG_CACHE_HOME=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cache prune --remote: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
 // plan reads the cacheable steps and their keys from A's plan.
 func (e *e2e) plan(t testing.TB, m machine) {
 	t.Helper()
@@ -290,8 +360,8 @@ func (e *e2e) plan(t testing.TB, m machine) {
 			e.keys[s.Step] = s.Key
 		}
 	}
-	if e.keys["init"] == "" || len(e.steps) < 4 {
-		t.Fatalf("plan after the cold build: steps %v, want init among 4 or more hits", e.steps)
+	if e.keys["init"] == "" || e.keys["bootstrap"] == "" || len(e.steps) < 4 {
+		t.Fatalf("plan after the cold build: steps %v, want init and bootstrap among 4 or more hits", e.steps)
 	}
 	sort.Strings(e.steps)
 }
@@ -338,17 +408,24 @@ func (e *e2e) entryBlobs(t *testing.T, key string) []v1.Hash {
 func (e *e2e) remoteBytes(t *testing.T) int64 {
 	var n int64
 	for _, s := range e.steps {
-		img, err := e.image(t, e.keys[s])
-		if err != nil {
-			t.Fatal(err)
-		}
-		man, err := img.Manifest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range man.Layers {
-			n += l.Size
-		}
+		n += e.entryBytes(t, e.keys[s])
+	}
+	return n
+}
+
+// entryBytes is the size of the files of the remote entry tagged key.
+func (e *e2e) entryBytes(t *testing.T, key string) int64 {
+	img, err := e.image(t, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, l := range man.Layers {
+		n += l.Size
 	}
 	return n
 }
