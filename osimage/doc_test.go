@@ -107,6 +107,9 @@ func TestImageFormatDocV2Strings(t *testing.T) {
 			if l.Role == V2RoleDisk {
 				layers[len(layers)-1] = fmt.Sprintf("%s %s (%s, in order)", l.Role, strings.Join(mts, ", "), count)
 			}
+			if l.AnyPosition {
+				layers[len(layers)-1] = fmt.Sprintf("%s %s (%s, any position)", l.Role, strings.Join(mts, ", "), count)
+			}
 		}
 		want := fmt.Sprintf("| %s | `%s` | `%s` | %s |", spec.Kind, spec.ArtifactType, spec.ConfigMediaType, strings.Join(layers, "; "))
 		if rows[i] != want {

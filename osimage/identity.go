@@ -22,6 +22,9 @@ const (
 	// MediaTypeCmdline is the kernel command line as a plain-text layer, so a
 	// PXE consumer need not parse the config.
 	MediaTypeCmdline = "application/vnd.ironcore.image.cmdline"
+	// MediaTypeStub is the systemd-stub the UKI is made of (see KindStub);
+	// boot-operator does not know it and skips it.
+	MediaTypeStub = "application/vnd.ironcore.os-builder.stub.efi"
 	// MediaTypeManifestJSON is the builder's own manifest.json (artifacts,
 	// sizes, digests, package versions, excluded layers).
 	MediaTypeManifestJSON = "application/vnd.ironcore.os-builder.manifest.v1+json"

@@ -51,7 +51,7 @@ type ImageConfig struct {
 
 // kindOrder fixes the layer order in the manifest (and so its digest):
 // the PXE set first, then the other boot artifacts, manifest.json last.
-var kindOrder = []ArtifactKind{KindKernel, KindInitrd, KindRootfs, KindCmdline, KindInitrdNoRoot, KindUKI, KindDisk, KindISO}
+var kindOrder = []ArtifactKind{KindKernel, KindInitrd, KindRootfs, KindCmdline, KindInitrdNoRoot, KindUKI, KindStub, KindDisk, KindISO}
 
 // kindMediaTypes maps an artifact kind to its layer media type.
 var kindMediaTypes = map[ArtifactKind]string{
@@ -61,6 +61,7 @@ var kindMediaTypes = map[ArtifactKind]string{
 	KindCmdline:      MediaTypeCmdline,
 	KindInitrdNoRoot: MediaTypeInitramfsNoRoot,
 	KindUKI:          MediaTypeUKI,
+	KindStub:         MediaTypeStub,
 	KindDisk:         MediaTypeDisk,
 	KindISO:          MediaTypeISO,
 }
@@ -73,6 +74,7 @@ var kindBoot = map[ArtifactKind]BootMethod{
 	KindCmdline:      BootPXE,
 	KindInitrdNoRoot: BootPXE,
 	KindUKI:          BootUEFIHTTP,
+	KindStub:         BootUEFIHTTP, // what a UKI for it is made of
 	KindDisk:         BootDisk,
 	KindISO:          BootVirtualMedia,
 }

@@ -44,7 +44,7 @@ func TestNewImageManifest(t *testing.T) {
 		t.Errorf("config media type = %q", mf.Config.MediaType)
 	}
 	wantTypes := []string{osimage.MediaTypeKernel, osimage.MediaTypeInitramfs, osimage.MediaTypeSquashfs,
-		osimage.MediaTypeCmdline, osimage.MediaTypeUKI, osimage.MediaTypeDisk, osimage.MediaTypeISO, osimage.MediaTypeManifestJSON}
+		osimage.MediaTypeCmdline, osimage.MediaTypeUKI, osimage.MediaTypeStub, osimage.MediaTypeDisk, osimage.MediaTypeISO, osimage.MediaTypeManifestJSON}
 	var gotTypes []string
 	for _, l := range mf.Layers {
 		gotTypes = append(gotTypes, string(l.MediaType))

@@ -16,8 +16,12 @@ const (
 	KindInitrdNoRoot ArtifactKind = "initrd-noroot"
 	KindCmdline      ArtifactKind = "cmdline" // cmdline, plain text
 	KindUKI          ArtifactKind = "uki"     // uki.efi
-	KindDisk         ArtifactKind = "disk"    // disk.raw, GPT
-	KindISO          ArtifactKind = "iso"     // image.iso, El Torito EFI
+	// KindStub is stub.efi: the image's systemd-stub the UKI is made of,
+	// for readers that assemble their own UKI (IronCore Image V2's UKI
+	// kind carries it as its stub layer).
+	KindStub ArtifactKind = "stub"
+	KindDisk ArtifactKind = "disk" // disk.raw, GPT
+	KindISO  ArtifactKind = "iso"  // image.iso, El Torito EFI
 )
 
 // BuildManifest is manifest.json: what a build produced and from what. The

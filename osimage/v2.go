@@ -37,11 +37,14 @@ const (
 )
 
 // V2LayerSpec is one role of a kind's layers: its media types and how many
-// layers of it a manifest holds (Max 0: no upper bound).
+// layers of it a manifest holds (Max 0: no upper bound). AnyPosition: a
+// layer of it may stand anywhere among the others (the table's place is
+// where we write it).
 type V2LayerSpec struct {
-	Role       V2Role
-	MediaTypes []string
-	Min, Max   int
+	Role        V2Role
+	MediaTypes  []string
+	Min, Max    int
+	AnyPosition bool
 }
 
 // V2Spec is one V2 boot kind.
@@ -49,7 +52,7 @@ type V2Spec struct {
 	Kind            V2Kind
 	ArtifactType    string
 	ConfigMediaType string
-	// Layers in the order a manifest lists them.
+	// Layers in the order a manifest lists them (but AnyPosition ones).
 	Layers []V2LayerSpec
 }
 
@@ -81,8 +84,11 @@ var v2Specs = []V2Spec{
 		Kind: V2UKI, ArtifactType: V2ArtifactTypeUKI, ConfigMediaType: V2ConfigUKI,
 		Layers: []V2LayerSpec{
 			{Role: V2RoleKernel, MediaTypes: []string{V2MediaTypeKernel}, Min: 1, Max: 1},
-			{Role: V2RoleStub, MediaTypes: []string{V2MediaTypeStub}, Min: 0, Max: 1},
 			{Role: V2RoleInitrd, MediaTypes: []string{V2MediaTypeInitrd, V2MediaTypeInitrdGzip, V2MediaTypeInitrdZstd, V2MediaTypeInitrdXz, V2MediaTypeInitrdLz4}, Min: 1},
+			// The stub last, as ironcore-image's V2 branch writes a UKI
+			// image (kernel, initrds, stub); its reader, like the IEP,
+			// places it nowhere in particular.
+			{Role: V2RoleStub, MediaTypes: []string{V2MediaTypeStub}, Min: 0, Max: 1, AnyPosition: true},
 		},
 	},
 	{
@@ -132,7 +138,8 @@ type V2Config struct {
 
 // CheckV2Manifest checks a manifest of artifactType against the table:
 // its config media type, every layer's media type, the layers' order by
-// role and their counts. The error names the first disagreement.
+// role (but AnyPosition roles) and their counts. The error names the first
+// disagreement.
 func CheckV2Manifest(artifactType, configMediaType string, layerMediaTypes []string) (V2Spec, error) {
 	spec, ok := V2SpecOf(artifactType)
 	if !ok {
@@ -153,11 +160,14 @@ func CheckV2Manifest(artifactType, configMediaType string, layerMediaTypes []str
 		if role < 0 {
 			return spec, fmt.Errorf("%s manifest: layer %d has media type %q, not one of the kind's (%s)", spec.Kind, i, mt, strings.Join(spec.mediaTypes(), ", "))
 		}
+		counts[role]++
+		if spec.Layers[role].AnyPosition {
+			continue
+		}
 		if role < last {
 			return spec, fmt.Errorf("%s manifest: layer %d (%s) comes after a %s layer", spec.Kind, i, spec.Layers[role].Role, spec.Layers[last].Role)
 		}
 		last = role
-		counts[role]++
 	}
 	for r, ls := range spec.Layers {
 		if counts[r] < ls.Min || ls.Max > 0 && counts[r] > ls.Max {

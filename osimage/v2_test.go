@@ -75,9 +75,14 @@ func TestV2Images(t *testing.T) {
 			if got := layerBytes(t, vi.Image, mf.Layers[0]); !bytes.Equal(got, osimagetest.Content(osimage.KindKernel, "amd64")) {
 				t.Error("kernel.efi is not vmlinuz")
 			}
+			last := mf.Layers[len(mf.Layers)-1]
+			if last.MediaType != osimage.V2MediaTypeStub || last.Annotations[osimage.AnnotationTitle] != "stub.efi" ||
+				!bytes.Equal(layerBytes(t, vi.Image, last), osimagetest.Content(osimage.KindStub, "amd64")) {
+				t.Errorf("last layer %s %v is not stub.efi", last.MediaType, last.Annotations)
+			}
 			var initrd []byte
 			var mts []string
-			for _, l := range mf.Layers[1:] {
+			for _, l := range mf.Layers[1 : len(mf.Layers)-1] {
 				initrd = append(initrd, layerBytes(t, vi.Image, l)...)
 				mts = append(mts, string(l.MediaType))
 			}
@@ -183,6 +188,13 @@ func TestCheckV2Manifest(t *testing.T) {
 		want          string
 	}{
 		{"ok", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel, osimage.V2MediaTypeStub, zstd, zstd}, ""},
+		// ironcore-image's V2 branch writes the stub last; the IEP text
+		// names it between kernel and initrd: both are read.
+		{"stub last", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel, zstd, zstd, osimage.V2MediaTypeStub}, ""},
+		{"stub first", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeStub, osimage.V2MediaTypeKernel, zstd}, ""},
+		{"no stub", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel, zstd}, ""},
+		{"two stubs", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel, osimage.V2MediaTypeStub, zstd, osimage.V2MediaTypeStub}, "2 stub layers, want 0..1"},
+		{"stub in EFI", osimage.V2ArtifactTypeEFI, osimage.V2ConfigEFI, []string{osimage.V2MediaTypeEFIExecutable, osimage.V2MediaTypeStub}, "not one of the kind's"},
 		{"EFI config on a UKI manifest", osimage.V2ArtifactTypeUKI, osimage.V2ConfigEFI, []string{osimage.V2MediaTypeKernel, zstd}, "config media type"},
 		{"no initrd", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel}, "0 initrd layers, want 1 or more"},
 		{"two kernels", osimage.V2ArtifactTypeUKI, osimage.V2ConfigUKI, []string{osimage.V2MediaTypeKernel, osimage.V2MediaTypeKernel, zstd}, "2 kernel layers, want 1"},

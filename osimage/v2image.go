@@ -29,8 +29,9 @@ type V2Image struct {
 }
 
 // NewV2Images builds the V2 manifests of one output directory, in table
-// order, for the kinds its artifacts make: UKI (kernel + initrd), EFI
-// (uki.efi), Disk (disk.raw as qcow2). m is the parsed manifest.json of
+// order, for the kinds its artifacts make: UKI (kernel + initrd, and
+// stub.efi when the output has it), EFI (uki.efi), Disk (disk.raw as
+// qcow2). m is the parsed manifest.json of
 // dir; nil reads it. Every file is checked against manifest.json's sha256:
 // the initrd and the disk here (they are read to cut and convert them), the
 // others while they stream, as in NewImage.
@@ -91,6 +92,17 @@ func v2Layers(dir string, m *BuildManifest, kind V2Kind, byKind map[ArtifactKind
 		layers := []v2Layer{{k, titled("kernel.efi")}}
 		for i, s := range segs {
 			layers = append(layers, v2Layer{s, titled(fmt.Sprintf("initrd-%d.cpio%s", i, s.extension()))})
+		}
+		// The stub the output's uki.efi was made of, last (the table's
+		// place for it): optional in the IEP, so an output without one
+		// (an older build) still makes the kind.
+		if stub, ok := byKind[KindStub]; ok {
+			l, err := newFileLayer(dir, stub)
+			if err != nil {
+				return nil, cfg, err
+			}
+			l.mediaType = V2MediaTypeStub
+			layers = append(layers, v2Layer{l, titled("stub.efi")})
 		}
 		return layers, cfg, nil
 	case V2EFI:

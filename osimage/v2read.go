@@ -65,6 +65,8 @@ func readV2Identity(img v1.Image, mf *v1.Manifest, kind V2Kind) (*BootIdentity, 
 			id.artifacts[KindUKI] = l
 		case V2RoleKernel:
 			id.artifacts[KindKernel] = l
+		case V2RoleStub:
+			id.artifacts[KindStub] = l
 		case V2RoleInitrd:
 			id.initrds = append(id.initrds, l)
 		}

@@ -73,7 +73,7 @@ func TestPushPullRegistry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if bm == nil || len(bm.Artifacts) != 7 {
+			if bm == nil || len(bm.Artifacts) != len(osimagetest.AllKinds) {
 				t.Fatalf("pulled manifest = %+v", bm)
 			}
 			sameFiles(t, dir, dest)

@@ -190,7 +190,7 @@ func TestPullKinds(t *testing.T) {
 	sameFiles(t, out, dest)
 	for kind, want := range map[string][]string{
 		"EFI":  {"uki.efi"},
-		"UKI":  {"initrd-0.cpio", "initrd-1.cpio.zstd", "kernel.efi"},
+		"UKI":  {"initrd-0.cpio", "initrd-1.cpio.zstd", "kernel.efi", "stub.efi"},
 		"Disk": {"disk.qcow2"},
 	} {
 		dest := t.TempDir()

@@ -90,16 +90,23 @@ func TestPXEArtifactsFromLayers(t *testing.T) {
 		filepath.Join(asm, step.KernelImage): "MZ kernel",
 		filepath.Join(asm, "noroot.img"):     "init segment",
 	}
+	testutil.RequireFiles(t, hostStub)
+	files[filepath.Join(asm, step.StubFile)] = string(testutil.ReadFile(t, hostStub))
 	for p, data := range files {
 		buildertest.Must(t, os.WriteFile(p, []byte(data), 0o644))
 	}
 	layers := []step.Layer{{Dir: base, Name: step.BaseLayer}, {Dir: bins, Name: step.BinariesLayer}, {Dir: asm, Name: step.TopLayer}}
 	out := t.TempDir()
-	cfg := Config{Outputs: recipe.OutputSet{recipe.OutputPXE: true}, Cmdline: "console=ttyS0", Builder: "b"}
+	cfg := Config{Outputs: recipe.OutputSet{recipe.OutputPXE: true}, Cmdline: "console=ttyS0", Builder: "b", Arch: "amd64"}
 	arts, err := writeAll(t.Context(), cfg, testInputs(step.Stack{Layers: layers}, asm, asm, filepath.Join(asm, "noroot.img")), out)
 	buildertest.Must(t, err)
-	if len(arts) != 5 {
-		t.Fatalf("%d artifacts, want 5: %+v", len(arts), arts)
+	// kernel, live initrd, root, initrd without root, cmdline, and the
+	// stub: the V2 UKI kind of pxe's kernel and initrd carries it.
+	if len(arts) != 6 {
+		t.Fatalf("%d artifacts, want 6: %+v", len(arts), arts)
+	}
+	if stub := arts[len(arts)-1]; stub.Kind != osimage.KindStub || stub.SHA256 != testutil.FileSHA256(t, hostStub) {
+		t.Errorf("last artifact %+v, want stub.efi, the image's stub byte for byte", stub)
 	}
 	for _, a := range arts {
 		p := filepath.Join(out, a.Path)

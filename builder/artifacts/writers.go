@@ -9,6 +9,7 @@ import (
 	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
+	"debug/pe"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/ironcore-dev/os-builder/isoimage"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // Config is what the writers apply that no step made.
@@ -59,6 +61,7 @@ const (
 	FileRootfs  = "root.squashfs"
 	FileCmdline = "cmdline"
 	FileUKI     = "uki.efi"
+	FileStub    = "stub.efi"
 	FileDisk    = "disk.raw"
 	FileISO     = "image.iso"
 )
@@ -134,6 +137,7 @@ func Writers(cfg Config, in Inputs, dir string) []*Writer {
 		{pxe || disk, s.root},
 		{pxe, s.pxe},
 		{uki || iso, s.uki},
+		{pxe || uki, s.stub},
 		{disk, s.disk},
 		{iso, s.iso},
 	} {
@@ -330,6 +334,47 @@ func (s *writerSet) uki() *Writer {
 	}
 }
 
+// stub writes the image's systemd-stub as stub.efi, the one the UKIs are
+// made of: readers that assemble their own UKI from the kernel and the
+// initrd (IronCore Image V2's UKI kind) take it. With pxe as with uki:
+// the V2 UKI kind is made of pxe's kernel and initrd.
+func (s *writerSet) stub() *Writer {
+	p := filepath.Join(s.dir, FileStub)
+	return &Writer{
+		Name: "stub", Needs: []step.Handover{s.in.Assembled}, Files: []string{p},
+		Ships: []string{FileStub},
+		Key: func() (string, error) {
+			return s.key("stub", s.in.Assembled.Get().Dir, s.cfg.Arch)
+		},
+		Size: func() int64 { return fileSize(s.in.Assembled.Get().Stub()) },
+		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
+			src := s.in.Assembled.Get().Stub()
+			if err := checkStub(src, s.cfg.Arch); err != nil {
+				return nil, fmt.Errorf("stub: %w", err)
+			}
+			if err := s.d.concat(FileStub, src); err != nil {
+				return nil, fmt.Errorf("stub: %w", err)
+			}
+			return s.one(osimage.KindStub, FileStub)
+		},
+	}
+}
+
+// checkStub refuses a stub that is no PE image of arch's machine, as the
+// UKI writer does (uki.Options.Machine): a reader would assemble a UKI
+// its firmware cannot start.
+func checkStub(path, arch string) error {
+	f, err := pe.Open(path)
+	if err != nil {
+		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
+	}
+	defer f.Close()
+	if want := uki.MachineFor(arch); want != 0 && f.Machine != want {
+		return fmt.Errorf("%s is built for PE machine %#x, %s takes %#x", path, f.Machine, arch, want)
+	}
+	return nil
+}
+
 // disk writes the GPT disk: an ESP with a UKI that boots the initrd
 // without root, the root stack as its root partition, an empty data
 // partition.
@@ -441,7 +486,7 @@ func RemoveAside(dir string) error {
 // the writers finished in.
 var artifactOrder = []osimage.ArtifactKind{
 	osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindInitrdNoRoot,
-	osimage.KindCmdline, osimage.KindUKI, osimage.KindDisk, osimage.KindISO,
+	osimage.KindCmdline, osimage.KindUKI, osimage.KindStub, osimage.KindDisk, osimage.KindISO,
 }
 
 // Sort puts arts in the manifest's order.

@@ -20,6 +20,7 @@ var DefaultFiles = map[osimage.ArtifactKind]string{
 	osimage.KindRootfs:  "root.squashfs",
 	osimage.KindCmdline: "cmdline",
 	osimage.KindUKI:     "uki.efi",
+	osimage.KindStub:    "stub.efi",
 	osimage.KindDisk:    "disk.raw",
 	osimage.KindISO:     "image.iso",
 }
@@ -27,7 +28,7 @@ var DefaultFiles = map[osimage.ArtifactKind]string{
 // AllKinds is every artifact kind, in builder output order.
 var AllKinds = []osimage.ArtifactKind{
 	osimage.KindKernel, osimage.KindInitrd, osimage.KindRootfs, osimage.KindCmdline,
-	osimage.KindUKI, osimage.KindDisk, osimage.KindISO,
+	osimage.KindUKI, osimage.KindStub, osimage.KindDisk, osimage.KindISO,
 }
 
 // Cmdline is the command line the fake output directories carry.
