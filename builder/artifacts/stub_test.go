@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
@@ -32,6 +33,22 @@ func TestCheckStub(t *testing.T) {
 		err := checkStub(tc.path, tc.arch)
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestREADMEListsEveryFile: README.md's artifact table names every file a
+// build ships.
+func TestREADMEListsEveryFile(t *testing.T) {
+	readme := string(testutil.ReadFile(t, filepath.Join(buildertest.RepoRoot(t), "README.md")))
+	start := strings.Index(readme, "| artifact | file | boots by |")
+	if start < 0 {
+		t.Fatal("README.md: no artifact table")
+	}
+	table, _, _ := strings.Cut(readme[start:], "\n\n")
+	for _, f := range []string{FileKernel, FileInitrd, FileCmdline, FileRootfs, FileNoRoot, FileUKI, FileStub, FileDisk, FileISO} {
+		if !strings.Contains(table, "`"+f+"`") {
+			t.Errorf("README.md's artifact table does not name %s", f)
 		}
 	}
 }
