@@ -41,8 +41,11 @@
 #                       whose <version>-<git sha7>-<arch> images are pulled
 #                       back and joined with `builder index` into one index
 #                       under the release tags, SBOM and provenance attached
-# Arguments: recipe files; default every recipes/*.yaml that is not a test
-# recipe (test.yaml, test-*.yaml, *-test.yaml).
+#   PUBLISH_RECIPES     recipe files (space-separated) when no argument names
+#                       any; the workflow sets none (tests set a test recipe)
+# Arguments: recipe files; default $PUBLISH_RECIPES, else every
+# recipes/*.yaml that is not a test recipe (test.yaml, test-*.yaml,
+# *-test.yaml).
 # Registry credentials come from the docker config (~/.docker/config.json or
 # $DOCKER_CONFIG) and are never printed.
 set -euo pipefail
@@ -145,6 +148,9 @@ builds_for() {
 }
 
 recipes=("$@")
+if [[ ${#recipes[@]} -eq 0 ]]; then
+	read -r -a recipes <<<"${PUBLISH_RECIPES:-}"
+fi
 if [[ ${#recipes[@]} -eq 0 ]]; then
 	for f in recipes/*.yaml; do
 		case $(basename "$f") in

@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -196,12 +198,47 @@ func pushReferrers(ctx context.Context, repo name.Repository, subject v1.Descrip
 		if err != nil {
 			return nil, err
 		}
-		if err := remote.Write(repo.Digest(d.String()), img, opts.remoteOptions(ctx)...); err != nil {
+		if err := writeSharedBlobs(ctx, func() error { return remote.Write(repo.Digest(d.String()), img, opts.remoteOptions(ctx)...) }); err != nil {
 			return nil, fmt.Errorf("push %s referrer of %s: %w", a.ArtifactType, subject.Digest, err)
 		}
 		out = append(out, v1.Descriptor{ArtifactType: a.ArtifactType, Digest: d})
 	}
 	return out, nil
+}
+
+// writeSharedBlobs runs a manifest write that uploads its blobs first, and
+// runs it again (twice at most, a second apart) when the registry refuses
+// the manifest for a blob the write has just uploaded. Every referrer's
+// config is the same "{}" blob: two pipeline jobs attaching SBOMs at once
+// upload it together, and docker-registry (distribution 2.8, filesystem
+// storage) can then answer the manifest PUT with DIGEST_INVALID and
+// MANIFEST_BLOB_UNKNOWN while the other upload's commit replaces the blob
+// (seen in TestWorkflowJobsEndToEnd). Once both commits are done the blob
+// is there and the write goes through.
+func writeSharedBlobs(ctx context.Context, write func() error) error {
+	err := write()
+	for try := 0; try < 2 && sharedBlobRace(err); try++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+		err = write()
+	}
+	return err
+}
+
+func sharedBlobRace(err error) bool {
+	var terr *transport.Error
+	if !errors.As(err, &terr) {
+		return false
+	}
+	for _, d := range terr.Errors {
+		if d.Code == transport.ManifestBlobUnknownErrorCode || d.Code == transport.BlobUnknownErrorCode || d.Code == transport.DigestInvalidErrorCode {
+			return true
+		}
+	}
+	return false
 }
 
 // Referrer is one manifest that names an index as its subject.
