@@ -63,7 +63,7 @@ func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.
 		return v1.Hash{}, err
 	}
 	ropts := opts.remoteOptions(ctx)
-	if err := remote.WriteIndex(ref, idx, ropts...); err != nil {
+	if err := writeSharedBlobs(ctx, func() error { return remote.WriteIndex(ref, idx, ropts...) }); err != nil {
 		return v1.Hash{}, fmt.Errorf("push %s: %w", ref, err)
 	}
 	for _, tag := range opts.Tags {

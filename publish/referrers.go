@@ -208,13 +208,13 @@ func pushReferrers(ctx context.Context, repo name.Repository, subject v1.Descrip
 
 // writeSharedBlobs runs a manifest write that uploads its blobs first, and
 // runs it again (twice at most, a second apart) when the registry refuses
-// the manifest for a blob the write has just uploaded. Every referrer's
-// config is the same "{}" blob: two pipeline jobs attaching SBOMs at once
-// upload it together, and docker-registry (distribution 2.8, filesystem
-// storage) can then answer the manifest PUT with DIGEST_INVALID and
-// MANIFEST_BLOB_UNKNOWN while the other upload's commit replaces the blob
-// (seen in TestWorkflowJobsEndToEnd). Once both commits are done the blob
-// is there and the write goes through.
+// the manifest for a blob the write has just uploaded. Pushes running at
+// once share blobs (every referrer's config is the same "{}"; two pipeline
+// jobs attach SBOMs at once), and docker-registry (distribution 2.8,
+// filesystem storage) can answer a manifest PUT with DIGEST_INVALID and
+// MANIFEST_BLOB_UNKNOWN while another upload's commit replaces the blob
+// (seen in TestWorkflowJobsEndToEnd; TestConcurrentPushesShareBlobs).
+// Once both commits are done the blob is there and the write goes through.
 func writeSharedBlobs(ctx context.Context, write func() error) error {
 	err := write()
 	for try := 0; try < 2 && sharedBlobRace(err); try++ {

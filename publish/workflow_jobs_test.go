@@ -548,34 +548,18 @@ func TestWorkflowPublishesHypervisor(t *testing.T) {
 	}
 }
 
-var (
-	releaseBuilderOnce sync.Once
-	releaseBuilder     string
-	releaseBuilderErr  error
-)
-
 // releaseBuilderBinary is bin/builder as the workflow's Builder step
-// makes it (`make builder`: the builder carrying its init), built once per
-// test binary into a temporary directory.
+// makes it (`make builder`: the builder carrying its init), built into the
+// test's temporary directory.
 func releaseBuilderBinary(t *testing.T) string {
 	t.Helper()
-	releaseBuilderOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "osb-release-builder-")
-		if err != nil {
-			releaseBuilderErr = err
-			return
-		}
-		cmd := exec.Command("make", "--no-print-directory", "builder", "BIN="+dir)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			releaseBuilderErr = fmt.Errorf("make builder BIN=%s: %v\n%s", dir, err, out)
-		}
-		releaseBuilder = filepath.Join(dir, "builder")
-	})
-	if releaseBuilderErr != nil {
-		t.Fatal(releaseBuilderErr)
+	dir := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "builder", "BIN="+dir)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make builder BIN=%s: %v\n%s", dir, err, out)
 	}
-	return releaseBuilder
+	return filepath.Join(dir, "builder")
 }
 
 // ironcoreImagePlatformBinary builds testdata/ironcore-image-platform
@@ -627,4 +611,37 @@ func ironcoreImagePlatformBinary(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// TestConcurrentPushesShareBlobs: pushes running at once into a registry
+// that has none of their blobs yet (as the two architecture jobs of a
+// first pipeline run) all succeed, though they upload the same blobs (the
+// referrers' "{}" config, equal artifacts): docker-registry can refuse a
+// manifest while another upload of its blob commits, and the push writes
+// it again. Without that, about one round in five failed here.
+func TestConcurrentPushesShareBlobs(t *testing.T) {
+	requireRegistry(t)
+	for round := range 3 {
+		reg, err := testutil.StartRegistry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs := []string{outputDir(t, "amd64"), outputDir(t, "arm64"), outputDir(t, "amd64", osimage.KindUKI, osimage.KindCmdline), outputDir(t, "arm64", osimage.KindUKI, osimage.KindCmdline)}
+		errs := make([]error, len(dirs))
+		var wg sync.WaitGroup
+		for i, d := range dirs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = publish.Push(context.Background(), d, fmt.Sprintf("%s/shared/blobs:%d", reg.Host, i), insecure)
+			}()
+		}
+		wg.Wait()
+		reg.Stop()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, push %d: %v", round, i, err)
+			}
+		}
+	}
 }
