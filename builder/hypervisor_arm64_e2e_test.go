@@ -27,11 +27,14 @@ import (
 // under TCG, together more than make test's budget (docs/hypervisor.md).
 const hypervisorARM64OutputEnv = "OSB_HYPERVISOR_ARM64_OUTPUT"
 
-// arm64Node is e2eNode for an arm64 node: the autologin drop-in is the
-// PL011 console's getty (ttyAMA0), and libvirt-provider prefers the virt
-// machine type (its default, pc-q35, is x86's only).
-func arm64Node(apiServer string) ignition.Node {
+// archNode is e2eNode for a node of arch. On arm64 the autologin drop-in
+// is the PL011 console's getty (ttyAMA0), and libvirt-provider prefers the
+// virt machine type (its default, pc-q35, is x86's only).
+func archNode(apiServer, arch string) ignition.Node {
 	n := e2eNode(apiServer)
+	if arch != "arm64" {
+		return n
+	}
 	n.Dropins = map[string]map[string]string{}
 	for unit, files := range e2eNode(apiServer).Dropins {
 		n.Dropins[strings.Replace(unit, "@ttyS0.", "@ttyAMA0.", 1)] = files
@@ -75,46 +78,52 @@ func TestHypervisorARM64Disk(t *testing.T) {
 	if out == "" {
 		t.Skipf("%s unset: build the arm64 hypervisor and set it (docs/hypervisor.md, arm64)", hypervisorARM64OutputEnv)
 	}
+	bootHypervisorDisk(t, out, "arm64")
+}
+
+// bootHypervisorDisk boots out's disk.raw (the hypervisor built for arch)
+// with archNode's config on an ignition drive and a NIC, to multi-user
+// with no failed unit, then runs checkHypervisorServices.
+func bootHypervisorDisk(t *testing.T, out, arch string) {
+	t.Helper()
 	m, err := osimage.ReadManifest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Recipe != "hypervisor" || m.Architecture != "arm64" {
-		t.Fatalf("%s=%s is recipe %s for %s, want hypervisor for arm64", hypervisorARM64OutputEnv, out, m.Recipe, m.Architecture)
+	if m.Recipe != "hypervisor" || m.Architecture != arch {
+		t.Fatalf("%s is recipe %s for %s, want hypervisor for %s", out, m.Recipe, m.Architecture, arch)
 	}
-	buildertest.RequireTools(t, "qemu-system-aarch64", "mkfs.vfat", "mcopy")
+	cfg := qemu.Config{Arch: arch}
+	buildertest.RequireTools(t, cfg.Binary(), "mkfs.vfat", "mcopy")
 	disk := copyDiskFrom(t, out, 0)
-	drive := ignitionDrive(t, arm64NodeIgnition(t))
+	drive := ignitionDrive(t, archNodeIgnition(t, arch))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	start := time.Now()
-	vm := qemutest.StartT(t, ctx, qemu.Config{
-		Arch:      "arm64",
-		UEFI:      true,
-		Disks:     []string{disk, drive},
-		BootFrom:  qemu.BootFromDisk,
-		MemoryMB:  3072,
-		CPUs:      2,
-		Net:       &qemu.NetConfig{NoROM: true}, // AAVMF drives virtio-net itself
-		SerialLog: os.Getenv("OSB_HYPERVISOR_SERIAL_LOG"),
-	})
+	cfg.UEFI = true
+	cfg.Disks = []string{disk, drive}
+	cfg.BootFrom = qemu.BootFromDisk
+	cfg.MemoryMB, cfg.CPUs = 3072, 2
+	cfg.Net = &qemu.NetConfig{NoROM: true} // the firmware drives virtio-net itself
+	cfg.SerialLog = os.Getenv("OSB_HYPERVISOR_SERIAL_LOG")
+	vm := qemutest.StartT(t, ctx, cfg)
 	waitAll(t, ctx, vm,
 		"root=partlabel:osb-root",
 		"persist: data partition /dev/vda3 mounted",
-		"ignition-apply: ",
+		"ignition-apply: config from drive /dev/vdb: config.ign",
 		bootReportDone,
 	)
-	t.Logf("arm64 hypervisor: disk.raw to multi-user.target (no failed unit) in %v", time.Since(start).Round(time.Second))
+	t.Logf("%s hypervisor: disk.raw to multi-user.target (no failed unit) in %v", arch, time.Since(start).Round(time.Second))
 	checkHypervisorServices(t, ctx, vm)
-	t.Logf("arm64 hypervisor: all checks passed %v after power-on", time.Since(start).Round(time.Second))
+	t.Logf("%s hypervisor: all checks passed %v after power-on", arch, time.Since(start).Round(time.Second))
 }
 
-// arm64NodeIgnition is arm64Node's ignition config, validated, with a
+// archNodeIgnition is archNode's ignition config, validated, with a
 // machinepoollet API server at a host port nothing listens on.
-func arm64NodeIgnition(t *testing.T) []byte {
+func archNodeIgnition(t *testing.T, arch string) []byte {
 	t.Helper()
-	cfg, err := ignition.Generate(arm64Node(closedAPIServer(t)))
+	cfg, err := ignition.Generate(archNode(closedAPIServer(t), arch))
 	if err != nil {
 		t.Fatal(err)
 	}
