@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,8 +137,9 @@ func OrderNICs(nics []NIC, boot net.HardwareAddr) []NIC {
 
 // Setup brings up every NIC and configures one: the boot NIC if known
 // (BootMAC; nil if not), else every NIC with a link, in turn, until one
-// gets a usable configuration. logf receives progress lines.
-func Setup(boot net.HardwareAddr, logf func(format string, a ...any)) error {
+// gets a usable configuration: an address of the family need names (the
+// server's URL, FamilyOf). logf receives progress lines.
+func Setup(boot net.HardwareAddr, need Family, logf func(format string, a ...any)) error {
 	deadline := time.Now().Add(NICWait)
 	var nics []NIC
 	for {
@@ -192,7 +194,7 @@ func Setup(boot net.HardwareAddr, logf func(format string, a ...any)) error {
 			logf("network: DHCPv4, SLAAC and DHCPv6 on %s (attempt %d of %d)", n.Name, round, Rounds)
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), AttemptTimeout)
-			cfgs, err := Acquire(ctx, n, logf)
+			cfgs, err := Acquire(ctx, n, need, logf)
 			cancel()
 			if err != nil {
 				logf("network: %s: %v", n.Name, err)
@@ -211,10 +213,56 @@ func Setup(boot net.HardwareAddr, logf func(format string, a ...any)) error {
 	return fmt.Errorf("network: no usable address on any interface after %d rounds (%s)", Rounds, strings.Join(errs, "; "))
 }
 
+// Family is the address family the init must reach its server over.
+type Family int
+
+const (
+	AnyFamily Family = iota // a host name: either family may reach it
+	IPv4                    // an IPv4 literal
+	IPv6                    // an IPv6 literal
+)
+
+func (f Family) String() string {
+	return [...]string{"any", "IPv4", "IPv6"}[f]
+}
+
+// FamilyOf is the family a URL's host needs: a literal address names one,
+// anything else (a host name, a URL that does not parse) takes either.
+func FamilyOf(rawURL string) Family {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return AnyFamily
+	}
+	a, err := netip.ParseAddr(u.Hostname())
+	switch {
+	case err != nil:
+		return AnyFamily
+	case a.Unmap().Is4():
+		return IPv4
+	default:
+		return IPv6
+	}
+}
+
+// metBy reports whether cfgs give the family an address.
+func (f Family) metBy(cfgs []Config) bool {
+	for _, c := range cfgs {
+		for _, p := range c.Addrs {
+			if f == AnyFamily || (f == IPv4) == p.Addr().Unmap().Is4() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Acquire runs DHCPv4 and IPv6 autoconfiguration on n in parallel and
-// returns the first usable configuration, and the other family's if it
-// follows within Grace; then the other is cancelled.
-func Acquire(ctx context.Context, n NIC, logf func(format string, a ...any)) ([]Config, error) {
+// returns the first usable configuration of the family need names, and the
+// other family's if it follows within Grace; then the other is cancelled.
+// A configuration of the other family alone is not enough: under load
+// SLAAC may answer long before DHCPv4, and an IPv4 server is then
+// unreachable.
+func Acquire(ctx context.Context, n NIC, need Family, logf func(format string, a ...any)) ([]Config, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -230,21 +278,32 @@ func Acquire(ctx context.Context, n NIC, logf func(format string, a ...any)) ([]
 		cfg, err := viaIPv6(ctx, n, logf)
 		results <- result{cfg, err}
 	}()
-	var errs []error
+	var (
+		got  []Config
+		errs []error
+	)
 	for range 2 {
-		r := <-results
-		if r.err == nil {
-			won := []Config{r.cfg}
+		var r result
+		if need.metBy(got) {
 			select {
-			case o := <-results:
-				if o.err == nil {
-					won = append(won, o.cfg)
-				}
+			case r = <-results:
 			case <-time.After(Grace):
+				return got, nil
 			}
-			return won, nil
+		} else {
+			r = <-results
 		}
-		errs = append(errs, r.err)
+		if r.err != nil {
+			errs = append(errs, r.err)
+			continue
+		}
+		got = append(got, r.cfg)
+	}
+	if need.metBy(got) {
+		return got, nil
+	}
+	if len(got) > 0 {
+		errs = append(errs, fmt.Errorf("%s gave no %s address, which the server's URL needs", got[0].Method, need))
 	}
 	return nil, errors.Join(errs...)
 }

@@ -59,6 +59,8 @@ func TestSetupWithDnsmasq(t *testing.T) {
 		method  string   // the winner
 		want    []string // in "ip addr; ip -6 route; ip -4 route; ip link"
 		wantDNS string
+		need    Family // the server URL's family (AnyFamily: a host name)
+		wantErr string // Setup fails saying this
 	}{
 		{name: "ipv6-slaac", method: "SLAAC",
 			server: []string{"--enable-ra", "--dhcp-range=fd00:db8::,ra-only,64,1h", "--dhcp-option=option6:dns-server,[fd00:db8::53]", "--ra-param=s0,mtu:1400,0,900"},
@@ -72,6 +74,11 @@ func TestSetupWithDnsmasq(t *testing.T) {
 				"--dhcp-option=option6:dns-server,[fd00:db8::53]"},
 			want:    []string{"inet 192.0.2.1", "inet6 fd00:db8::ff:fe00:2/64", "default via 192.0.2.1", "default via fe80::"},
 			wantDNS: "nameserver 192.0.2.1\nnameserver fd00:db8::53"},
+		// The server's URL is an IPv4 literal and only SLAAC answers: not
+		// configured, though an IPv6 address came (it reaches no IPv4 server).
+		{name: "ipv6-only-needs-ipv4", need: IPv4,
+			server:  []string{"--enable-ra", "--dhcp-range=fd00:db8::,ra-only,64,1h"},
+			wantErr: "SLAAC gave no IPv4 address, which the server's URL needs"},
 		{name: "ipv4-only", method: "DHCPv4",
 			server: []string{"--dhcp-range=192.0.2.100,192.0.2.150,255.255.255.0,1h", "--dhcp-option=26,1400", "--dhcp-option=121,198.51.100.0/24,192.0.2.7,0.0.0.0/0,192.0.2.1"},
 			want:   []string{"inet 192.0.2.1", "default via 192.0.2.1", "198.51.100.0/24 via 192.0.2.7", "mtu 1400"}, wantDNS: "nameserver 192.0.2.1"},
@@ -99,11 +106,20 @@ func TestSetupWithDnsmasq(t *testing.T) {
 			}
 			var lines []string
 			start := time.Now()
-			err := Setup(nil, func(f string, a ...any) {
+			if tc.wantErr != "" {
+				Rounds, AttemptTimeout = 1, 8*time.Second
+			}
+			err := Setup(nil, tc.need, func(f string, a ...any) {
 				line := strings.TrimSpace(strings.ReplaceAll(sprintf(f, a...), "\n", " "))
 				lines = append(lines, line)
 				t.Log(line)
 			})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Setup: %v, want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +169,7 @@ func TestAcquireCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := Acquire(ctx, NIC{Name: ifi.Name, Index: ifi.Index, MAC: ifi.HardwareAddr}, t.Logf)
+	_, err := Acquire(ctx, NIC{Name: ifi.Name, Index: ifi.Index, MAC: ifi.HardwareAddr}, AnyFamily, t.Logf)
 	if err == nil || !strings.Contains(err.Error(), "DHCPv4") || !strings.Contains(err.Error(), "no router advertisement on c0") {
 		t.Errorf("error %v", err)
 	}
@@ -163,3 +179,18 @@ func TestAcquireCancelled(t *testing.T) {
 }
 
 func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }
+
+func TestFamilyOf(t *testing.T) {
+	for url, want := range map[string]Family{
+		"http://10.0.2.2:8080/b/x/disk.raw":  IPv4,
+		"https://[fd00:db8::1]:443/root.img": IPv6,
+		"http://[::ffff:192.0.2.1]/x":        IPv4,
+		"http://images.example.com/disk.raw": AnyFamily,
+		"":                                   AnyFamily,
+		"http://%zz":                         AnyFamily,
+	} {
+		if got := FamilyOf(url); got != want {
+			t.Errorf("FamilyOf(%q) = %s, want %s", url, got, want)
+		}
+	}
+}

@@ -19,7 +19,7 @@ import (
 
 // installMode installs the image and reboots; it returns only on failure.
 func (i *initProcess) installMode(cfg *Config) error {
-	if err := i.setupNetwork(i.cmdline); err != nil {
+	if err := i.setupNetwork(i.cmdline, cfg.InstallImage); err != nil {
 		return err
 	}
 	d, err := disk.SelectTarget(cfg.InstallTarget, DeviceWait, i.logf)

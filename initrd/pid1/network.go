@@ -3,7 +3,7 @@ package pid1
 import "github.com/ironcore-dev/os-builder/initrd/netconf"
 
 // setupNetwork configures one NIC (package netconf), the one BOOTIF names
-// first.
-func (i *initProcess) setupNetwork(cmdline string) error {
-	return netconf.Setup(netconf.BootMAC(SplitCmdline(cmdline)), i.logf)
+// first, with an address of the family serverURL's host needs.
+func (i *initProcess) setupNetwork(cmdline, serverURL string) error {
+	return netconf.Setup(netconf.BootMAC(SplitCmdline(cmdline)), netconf.FamilyOf(serverURL), i.logf)
 }

@@ -229,7 +229,7 @@ func (i *initProcess) findRoot(cfg *Config) (string, error) {
 		i.logf("waiting up to %v for %s", DeviceWait, r)
 		return disk.WaitForBlockDevice(disk.DeviceRef{Kind: disk.RefKind(r.Kind), Value: r.Value}, DeviceWait)
 	case RootURL:
-		if err := i.setupNetwork(i.cmdline); err != nil {
+		if err := i.setupNetwork(i.cmdline, r.Value); err != nil {
 			return "", err
 		}
 		return i.fetchRoot(r.Value, cfg.RootSHA256)
