@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ironcore-dev/os-builder/boot"
 	"github.com/ironcore-dev/os-builder/boot/artifacts"
@@ -75,13 +74,16 @@ func newEnv(t *testing.T) *env {
 	if e.ref, err = name.ParseReference(ref, name.Insecure); err != nil {
 		t.Fatal(err)
 	}
-	img, err := remote.Image(e.ref)
+	// The identity the driver reads (v1 and IronCore Image V2, V2
+	// preferred), so the plans made here are serverboot's.
+	builds, err := boot.RegistryImage(t.Context(), e.ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.identity, err = osimage.ReadIdentity(img); err != nil {
-		t.Fatal(err)
+	if len(builds) != 1 {
+		t.Fatalf("the test image has %d builds, want one", len(builds))
 	}
+	e.identity = builds[0]
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
