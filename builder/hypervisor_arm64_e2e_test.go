@@ -78,13 +78,13 @@ func TestHypervisorARM64Disk(t *testing.T) {
 	if out == "" {
 		t.Skipf("%s unset: build the arm64 hypervisor and set it (docs/hypervisor.md, arm64)", hypervisorARM64OutputEnv)
 	}
-	bootHypervisorDisk(t, out, "arm64")
+	bootHypervisorDisk(t, out, "arm64", archNodeIgnition(t, archNode(closedAPIServer(t), "arm64")))
 }
 
 // bootHypervisorDisk boots out's disk.raw (the hypervisor built for arch)
-// with archNode's config on an ignition drive and a NIC, to multi-user
+// with the node config ign on an ignition drive and a NIC, to multi-user
 // with no failed unit, then runs checkHypervisorServices.
-func bootHypervisorDisk(t *testing.T, out, arch string) {
+func bootHypervisorDisk(t *testing.T, out, arch string, ign []byte) {
 	t.Helper()
 	m, err := osimage.ReadManifest(out)
 	if err != nil {
@@ -96,7 +96,7 @@ func bootHypervisorDisk(t *testing.T, out, arch string) {
 	cfg := qemu.Config{Arch: arch}
 	buildertest.RequireTools(t, cfg.Binary(), "mkfs.vfat", "mcopy")
 	disk := copyDiskFrom(t, out, 0)
-	drive := ignitionDrive(t, archNodeIgnition(t, arch))
+	drive := ignitionDrive(t, ign)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
@@ -119,11 +119,10 @@ func bootHypervisorDisk(t *testing.T, out, arch string) {
 	t.Logf("%s hypervisor: all checks passed %v after power-on", arch, time.Since(start).Round(time.Second))
 }
 
-// archNodeIgnition is archNode's ignition config, validated, with a
-// machinepoollet API server at a host port nothing listens on.
-func archNodeIgnition(t *testing.T, arch string) []byte {
+// archNodeIgnition is node's ignition config, validated.
+func archNodeIgnition(t *testing.T, node ignition.Node) []byte {
 	t.Helper()
-	cfg, err := ignition.Generate(archNode(closedAPIServer(t), arch))
+	cfg, err := ignition.Generate(node)
 	if err != nil {
 		t.Fatal(err)
 	}
