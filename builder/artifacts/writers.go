@@ -137,7 +137,7 @@ func Writers(cfg Config, in Inputs, dir string) []*Writer {
 		{pxe || disk, s.root},
 		{pxe, s.pxe},
 		{uki || iso, s.uki},
-		{pxe || uki, s.stub},
+		{(pxe || uki) && (uki || disk || iso), s.stub}, // the image has systemd-boot-efi only then (recipe.OutputSet.NeedsStub)
 		{disk, s.disk},
 		{iso, s.iso},
 	} {
