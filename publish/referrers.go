@@ -16,10 +16,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ironcore-dev/os-builder/internal/ocirace"
 	"github.com/ironcore-dev/os-builder/ocistore"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -217,7 +217,7 @@ func pushReferrers(ctx context.Context, repo name.Repository, subject v1.Descrip
 // Once both commits are done the blob is there and the write goes through.
 func writeSharedBlobs(ctx context.Context, write func() error) error {
 	err := write()
-	for try := 0; try < 2 && sharedBlobRace(err); try++ {
+	for try := 0; try < 2 && ocirace.SharedBlob(err); try++ {
 		select {
 		case <-ctx.Done():
 			return err
@@ -226,19 +226,6 @@ func writeSharedBlobs(ctx context.Context, write func() error) error {
 		err = write()
 	}
 	return err
-}
-
-func sharedBlobRace(err error) bool {
-	var terr *transport.Error
-	if !errors.As(err, &terr) {
-		return false
-	}
-	for _, d := range terr.Errors {
-		if d.Code == transport.ManifestBlobUnknownErrorCode || d.Code == transport.BlobUnknownErrorCode || d.Code == transport.DigestInvalidErrorCode {
-			return true
-		}
-	}
-	return false
 }
 
 // Referrer is one manifest that names an index as its subject.

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/ocirace"
 )
 
 // Repo is one repository of cache entries.
@@ -344,7 +345,18 @@ func (r *Repo) Push(ctx context.Context, store *cache.Store, key, recipe string)
 	if err != nil {
 		return sent, false, err
 	}
-	if err := r.pusher.Push(ctx, t, rawManifest(raw)); err != nil {
+	err = r.pusher.Push(ctx, t, rawManifest(raw))
+	// Another builder committing a blob this manifest names makes
+	// docker-registry refuse it for a moment (TestConcurrentPush).
+	for try := 0; try < 2 && ocirace.SharedBlob(err); try++ {
+		select {
+		case <-ctx.Done():
+			return sent, false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		err = r.pusher.Push(ctx, t, rawManifest(raw))
+	}
+	if err != nil {
 		return sent, false, fmt.Errorf("%s: %w", t, err)
 	}
 	return sent + int64(len(raw)), true, nil
