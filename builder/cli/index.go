@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
-	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/publish"
-	"github.com/ironcore-dev/os-builder/uki"
 )
 
 func init() {
@@ -35,14 +32,8 @@ and SLSA provenance of all of them attached to the index (signed with
 not uploaded again. Credentials come from the docker config, never from flags.`,
 		Args: icli.RangeArgs(2, 16),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (signKey == "") != (signCert == "") {
-				return exitcode.UsageError(errors.New("--sign-key and --sign-cert go together"))
-			}
-			if signKey != "" {
-				var err error
-				if opts.Signer, opts.SignCert, err = uki.LoadSigner(signKey, signCert); err != nil {
-					return err
-				}
+			if err := loadPushSigner(&opts, signKey, signCert); err != nil {
+				return err
 			}
 			dirs, ref := args[:len(args)-1], args[len(args)-1]
 			h, err := publish.PushDirs(cmd.Context(), dirs, ref, opts)

@@ -48,14 +48,8 @@ and each architecture is also pushed alone under REF's tag -ARCH
 Credentials come from the docker config and the environment, never from flags.`,
 		Args: icli.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (signKey == "") != (signCert == "") {
-				return exitcode.UsageError(errors.New("--sign-key and --sign-cert go together"))
-			}
-			if signKey != "" {
-				var err error
-				if opts.Signer, opts.SignCert, err = uki.LoadSigner(signKey, signCert); err != nil {
-					return err
-				}
+			if err := loadPushSigner(&opts, signKey, signCert); err != nil {
+				return err
 			}
 			dirs, err := outputDirs(args[0])
 			if err != nil {
@@ -165,4 +159,18 @@ func newGenkey(stdout, _ io.Writer) *cobra.Command {
 	c.Flags().StringVar(&cn, "common-name", "os-builder test signing key", "certificate subject CN")
 	icli.JSONFlag(c, &asJSON)
 	return c
+}
+
+// loadPushSigner fills opts' signer from push's and index's --sign-key and
+// --sign-cert, which go together.
+func loadPushSigner(opts *publish.Options, signKey, signCert string) error {
+	if (signKey == "") != (signCert == "") {
+		return exitcode.UsageError(errors.New("--sign-key and --sign-cert go together"))
+	}
+	if signKey == "" {
+		return nil
+	}
+	var err error
+	opts.Signer, opts.SignCert, err = uki.LoadSigner(signKey, signCert)
+	return err
 }
