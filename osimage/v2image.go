@@ -205,21 +205,13 @@ func osReleaseText(osr map[string]string) string {
 const maxInitrdSegments = 64
 
 // rangeLayer is a byte range of an artifact file: one archive of a
-// concatenated initrd.
+// concatenated initrd. It is a fileLayer read from off on.
 type rangeLayer struct {
-	path      string
-	off, size int64
-	digest    v1.Hash
-	mediaType types.MediaType
+	fileLayer
+	off int64
 }
 
-func (l *rangeLayer) Digest() (v1.Hash, error)            { return l.digest, nil }
-func (l *rangeLayer) DiffID() (v1.Hash, error)            { return l.digest, nil }
-func (l *rangeLayer) Size() (int64, error)                { return l.size, nil }
-func (l *rangeLayer) MediaType() (types.MediaType, error) { return l.mediaType, nil }
-func (l *rangeLayer) Uncompressed() (io.ReadCloser, error) {
-	return l.Compressed()
-}
+func (l *rangeLayer) Uncompressed() (io.ReadCloser, error) { return l.Compressed() }
 
 func (l *rangeLayer) Compressed() (io.ReadCloser, error) {
 	f, err := os.Open(l.path)
@@ -287,8 +279,8 @@ func initrdSegments(dir string, a Artifact) ([]*rangeLayer, error) {
 		if _, err := io.Copy(io.MultiWriter(h, whole), io.NewSectionReader(f, off, size)); err != nil {
 			return nil, fmt.Errorf("initrd %s: %w", a.Path, err)
 		}
-		segs = append(segs, &rangeLayer{path: fl.path, off: off, size: size, mediaType: types.MediaType(mt),
-			digest: v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}})
+		segs = append(segs, &rangeLayer{off: off, fileLayer: fileLayer{path: fl.path, size: size, mediaType: types.MediaType(mt),
+			digest: v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}}})
 	}
 	if got := hex.EncodeToString(whole.Sum(nil)); got != fl.digest.Hex {
 		return nil, fmt.Errorf("%s: %w: read sha256:%s, manifest.json says sha256:%s", fl.path, ErrDigestMismatch, got, fl.digest.Hex)
