@@ -33,7 +33,14 @@ const (
 func ironcoreImageBinary(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Join(cache.DefaultDir(), "tools", "ironcore-image@"+ironcoreImageVersion)
-	bin := filepath.Join(dir, "ironcore-image")
+	return buildInIronCoreImage(t, filepath.Join(dir, "ironcore-image"), "./cmd/ironcore-image", nil)
+}
+
+// buildInIronCoreImage builds pkg inside a copy of the pinned
+// ironcore-image module (its go.mod decides the dependencies; addSource,
+// if set, adds files to the copy first) into bin, unless bin is there.
+func buildInIronCoreImage(t *testing.T, bin, pkg string, addSource func(work string)) string {
+	t.Helper()
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
@@ -52,16 +59,20 @@ func ironcoreImageBinary(t *testing.T) string {
 	work := t.TempDir()
 	testutil.Run(t, "cp", "-r", info.Dir+"/.", work)
 	testutil.Run(t, "chmod", "-R", "u+w", work)
+	if addSource != nil {
+		addSource(work)
+	}
+	dir := filepath.Dir(bin)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".ironcore-image.%d", os.Getpid()))
-	build := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", tmp, "./cmd/ironcore-image")
+	tmp := filepath.Join(dir, fmt.Sprintf(".build.%d", os.Getpid()))
+	build := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", tmp, pkg)
 	build.Dir = work
 	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		t.Fatalf("build ironcore-image %s: %v\n%s", ironcoreImageVersion, err, out)
+		t.Fatalf("build %s against ironcore-image %s: %v\n%s", pkg, ironcoreImageVersion, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		t.Fatal(err)

@@ -573,44 +573,12 @@ func ironcoreImagePlatformBinary(t *testing.T) string {
 	}
 	sum := sha256.Sum256(src)
 	dir := filepath.Join(cache.DefaultDir(), "tools", "ironcore-image-platform@"+ironcoreImageVersion+"-"+hex.EncodeToString(sum[:6]))
-	bin := filepath.Join(dir, "ironcore-image-platform")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	env := append(os.Environ(), "GOTOOLCHAIN=local", "GOWORK=off", "GOFLAGS=-mod=mod", "GONOSUMDB="+ironcoreImageModule)
-	dl := exec.Command("go", "mod", "download", "-json", ironcoreImageModule+"@"+ironcoreImageVersion)
-	dl.Dir, dl.Env = t.TempDir(), env
-	out, err := dl.Output()
-	var info struct{ Dir, Sum, Error string }
-	_ = json.Unmarshal(out, &info)
-	if err != nil || info.Error != "" {
-		testutil.Missing(t, "go mod download %s@%s: %v %s", ironcoreImageModule, ironcoreImageVersion, err, info.Error)
-	}
-	if info.Sum != ironcoreImageSum {
-		t.Fatalf("%s@%s: downloaded sum %s, pinned %s", ironcoreImageModule, ironcoreImageVersion, info.Sum, ironcoreImageSum)
-	}
-	work := t.TempDir()
-	testutil.Run(t, "cp", "-r", info.Dir+"/.", work)
-	testutil.Run(t, "chmod", "-R", "u+w", work)
-	if err := os.MkdirAll(filepath.Join(work, "cmd", "osb-platform-pull"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WriteFile(t, filepath.Join(work, "cmd", "osb-platform-pull"), "main.go", src)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".build.%d", os.Getpid()))
-	build := exec.Command("go", "build", "-mod=readonly", "-trimpath", "-o", tmp, "./cmd/osb-platform-pull")
-	build.Dir = work
-	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		t.Fatalf("build ironcore-image-platform against ironcore-image %s: %v\n%s", ironcoreImageVersion, err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return buildInIronCoreImage(t, filepath.Join(dir, "ironcore-image-platform"), "./cmd/osb-platform-pull", func(work string) {
+		if err := os.MkdirAll(filepath.Join(work, "cmd", "osb-platform-pull"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WriteFile(t, filepath.Join(work, "cmd", "osb-platform-pull"), "main.go", src)
+	})
 }
 
 // TestConcurrentPushesShareBlobs: pushes running at once into a registry
