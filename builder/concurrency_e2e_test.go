@@ -116,7 +116,7 @@ func seedBootstrap(t *testing.T, recipePath, from, to string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	boot := rootfs.NewBootstrap(r, rootfs.PackageSet(r), DefaultSourceDateEpoch, "", "", nil)
+	boot := rootfs.NewBootstrap(r, rootfs.PackageSet(r), DefaultSourceDateEpoch, "", "", nil, nil)
 	in, err := boot.Inputs()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,7 +10,9 @@ import (
 	"sync"
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
+	"github.com/ironcore-dev/os-builder/builder/hostarch"
 	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
@@ -146,4 +149,22 @@ func dedup(s []string) []string {
 		}
 	}
 	return out
+}
+
+// nativeDpkg is, for a recipe of another architecture than the host's, the
+// bootstrap's native dpkg-deb for this host (cmd/nativedpkg, from the same
+// source as the init); nil on a native build.
+func (b *buildRun) nativeDpkg() rootfs.NativeDpkg {
+	host := hostarch.Native()
+	if b.r.Base.Architecture == host {
+		return nil
+	}
+	src := b.opts.Init
+	if src == nil {
+		src = initrd.SourceInit{}
+	}
+	return func(ctx context.Context, path string) error {
+		_, err := src.WriteProgram(ctx, initrd.NativeDpkgProgram, path, host)
+		return err
+	}
 }

@@ -88,7 +88,7 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 	ns := []node{{
 		name: "bootstrap", gives: []step.Handover{v.base, v.packages}, jobs: 1, mem: 1024,
 		step: func() (step.Step, error) {
-			return rootfs.NewBootstrap(b.r, rootfs.PackageSet(b.r), b.epoch, b.work, cacheDir, b.log.Infof), nil
+			return rootfs.NewBootstrap(b.r, rootfs.PackageSet(b.r), b.epoch, b.work, cacheDir, b.nativeDpkg(), b.log.Infof), nil
 		},
 		done: func(s step.Step, dir string) error {
 			key, err := stepKey(s)

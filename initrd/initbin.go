@@ -26,16 +26,33 @@ const SourceDirEnv = "OSB_SOURCE_DIR"
 // ErrNoInit: the builder neither carries an init nor can build one.
 var ErrNoInit = errors.New("initrd: no init")
 
-// InitSource supplies the initrd's init (cmd/init) for an architecture.
+// InitSource supplies the static programs of this module the builder puts
+// into what it builds, for an architecture: the initrd's init (cmd/init)
+// and the bootstrap's native dpkg-deb (cmd/nativedpkg).
 type InitSource interface {
 	// WriteInit writes the init for goarch to path and says where it came
 	// from, for the build log.
 	WriteInit(ctx context.Context, path, goarch string) (from string, err error)
+	// WriteProgram does the same for any of Programs.
+	WriteProgram(ctx context.Context, program, path, goarch string) (from string, err error)
 }
+
+// Programs are the commands (cmd/NAME) an InitSource supplies: InitProgram
+// and NativeDpkgProgram.
+var Programs = []string{InitProgram, NativeDpkgProgram}
+
+const (
+	InitProgram       = "init"
+	NativeDpkgProgram = "nativedpkg"
+)
 
 // PrebuiltInitName is the file name of the init for goarch in a
 // PrebuiltInits tree.
-func PrebuiltInitName(goarch string) string { return "init-linux-" + goarch }
+func PrebuiltInitName(goarch string) string { return PrebuiltName(InitProgram, goarch) }
+
+// PrebuiltName is the file name of program for goarch in a PrebuiltInits
+// tree.
+func PrebuiltName(program, goarch string) string { return program + "-linux-" + goarch }
 
 // PrebuiltInits are inits compiled ahead of time (cmd/builder embeds those
 // `make builder` built): FS holds PrebuiltInitName(goarch) for each
@@ -46,10 +63,14 @@ type PrebuiltInits struct {
 	From string
 }
 
-func (p PrebuiltInits) WriteInit(_ context.Context, path, goarch string) (string, error) {
-	b, err := fs.ReadFile(p.FS, PrebuiltInitName(goarch))
+func (p PrebuiltInits) WriteInit(ctx context.Context, path, goarch string) (string, error) {
+	return p.WriteProgram(ctx, InitProgram, path, goarch)
+}
+
+func (p PrebuiltInits) WriteProgram(_ context.Context, program, path, goarch string) (string, error) {
+	b, err := fs.ReadFile(p.FS, PrebuiltName(program, goarch))
 	if err != nil {
-		return "", fmt.Errorf("initrd: init for %s %s: %w", goarch, p.From, err)
+		return "", fmt.Errorf("initrd: %s for %s %s: %w", program, goarch, p.From, err)
 	}
 	if err := os.WriteFile(path, b, 0o755); err != nil {
 		return "", fmt.Errorf("initrd: %w", err)
@@ -74,17 +95,21 @@ func (p PrebuiltInits) Digest(goarch string) (string, error) {
 // through the module proxy.
 type SourceInit struct{}
 
-func (SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, error) {
+func (s SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, error) {
+	return s.WriteProgram(ctx, InitProgram, path, goarch)
+}
+
+func (SourceInit) WriteProgram(ctx context.Context, program, path, goarch string) (string, error) {
 	src, srcErr := FindSourceDir()
 	if srcErr == nil {
-		return "built from " + src, buildInit(ctx, src, path, goarch)
+		return "built from " + src, buildProgram(ctx, src, program, path, goarch)
 	}
 	if os.Getenv(SourceDirEnv) != "" {
 		return "", srcErr // asked for a tree that is not one: say so
 	}
 	version, err := OwnVersion()
 	if err == nil {
-		err = BuildModuleInit(ctx, version, path, goarch)
+		err = buildModuleProgram(ctx, version, program, path, goarch)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%w: this builder carries none (use one from `make builder`) and cannot build one: %w; nor from the module at its own version: %w", ErrNoInit, srcErr, err)
@@ -165,7 +190,17 @@ func BuildInitBinary(ctx context.Context, outPath, goarch string) error {
 	if err != nil {
 		return err
 	}
-	return buildInit(ctx, src, outPath, goarch)
+	return buildProgram(ctx, src, InitProgram, outPath, goarch)
+}
+
+// BuildProgram builds one of Programs from the source tree (FindSourceDir)
+// for goarch into outPath, as BuildInitBinary builds the init.
+func BuildProgram(ctx context.Context, program, outPath, goarch string) error {
+	src, err := FindSourceDir()
+	if err != nil {
+		return err
+	}
+	return buildProgram(ctx, src, program, outPath, goarch)
 }
 
 // BuildModuleInit builds cmd/init of this module at version, fetched with
@@ -173,6 +208,10 @@ func BuildInitBinary(ctx context.Context, outPath, goarch string) error {
 // with the same flags as a source tree build: the same version gives the
 // same bytes either way.
 func BuildModuleInit(ctx context.Context, version, outPath, goarch string) error {
+	return buildModuleProgram(ctx, version, InitProgram, outPath, goarch)
+}
+
+func buildModuleProgram(ctx context.Context, version, program, outPath, goarch string) error {
 	ref := ModulePath + "@" + version
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ref)
 	cmd.Dir = os.TempDir() // outside any module
@@ -201,7 +240,7 @@ func BuildModuleInit(ctx context.Context, version, outPath, goarch string) error
 	if err := os.CopyFS(work, os.DirFS(info.Dir)); err != nil {
 		return fmt.Errorf("initrd: copy %s: %w", info.Dir, err)
 	}
-	return buildInit(ctx, work, outPath, goarch)
+	return buildProgram(ctx, work, program, outPath, goarch)
 }
 
 // initBuildEnv is the environment of the init's go build: the caller's,
@@ -213,11 +252,11 @@ func initBuildEnv(goarch string) []string {
 	)
 }
 
-// buildInit builds src's cmd/init for goarch ("" means amd64) into outPath.
-// The build is reproducible: no cgo, -trimpath, no build id, no VCS stamp
+// buildProgram builds src's cmd/PROGRAM for goarch ("" means amd64) into
+// outPath. The build is reproducible: no cgo, -trimpath, no build id, no VCS stamp
 // (so unrelated commits do not change the initrd's bytes), and a fixed
 // GOAMD64 level rather than whatever the environment says.
-func buildInit(ctx context.Context, src, outPath, goarch string) error {
+func buildProgram(ctx context.Context, src, program, outPath, goarch string) error {
 	if goarch == "" {
 		goarch = "amd64"
 	}
@@ -226,13 +265,13 @@ func buildInit(ctx context.Context, src, outPath, goarch string) error {
 		return fmt.Errorf("initrd: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", out, "./cmd/init")
+		"-ldflags=-s -w -buildid=", "-o", out, "./cmd/"+program)
 	cmd.Dir = src
 	cmd.Env = initBuildEnv(goarch)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("initrd: go build ./cmd/init in %s: %w\n%s", src, err, stderr.String())
+		return fmt.Errorf("initrd: go build ./cmd/%s in %s: %w\n%s", program, src, err, stderr.String())
 	}
 	return nil
 }

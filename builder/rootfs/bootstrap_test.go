@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -12,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/hostarch"
 	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
 	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/builder/step"
+	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -314,5 +319,68 @@ func BenchmarkBootstrap(b *testing.B) {
 	})
 	if cold > 0 && warm > 0 {
 		b.Logf("bootstrap: every .deb downloaded %.1fs, .debs from the pool %.1fs (%.3f)", cold.Seconds(), warm.Seconds(), warm.Seconds()/cold.Seconds())
+	}
+}
+
+// BenchmarkForeignBootstrap bootstraps the test recipe for the architecture
+// this host emulates (arm64 on amd64, amd64 on arm64) side by side: every
+// tool the tree's own, run under qemu-user, and dpkg-deb and dpkg-split
+// native (cmd/nativedpkg). The .debs come from the cache's pool (make
+// test-image fills it), so both time the install, not the mirror. Both give
+// the same base layer, byte for byte, or the benchmark fails.
+func BenchmarkForeignBootstrap(b *testing.B) {
+	buildertest.RequireTools(b, "mmdebstrap")
+	arch := "arm64"
+	if runtime.GOARCH == "arm64" {
+		arch = "amd64"
+	}
+	if err := hostarch.Check(arch); err != nil {
+		b.Fatal(err)
+	}
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), "recipes/test.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r, err = r.ForArchitecture(arch); err != nil {
+		b.Fatal(err)
+	}
+	native := filepath.Join(b.TempDir(), "nativedpkg")
+	if err := initrd.BuildProgram(context.Background(), initrd.NativeDpkgProgram, native, runtime.GOARCH); err != nil {
+		b.Fatal(err)
+	}
+	cacheDir := cache.DefaultDir()
+	work, err := os.MkdirTemp(cacheDir, "bench-") // on the pool's file system
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(work) })
+	images := map[string]string{}
+	took := map[string]time.Duration{}
+	for _, mode := range []string{"emulated", "native"} {
+		b.Run(mode, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				out, err := os.MkdirTemp(work, mode+"-")
+				if err != nil {
+					b.Fatal(err)
+				}
+				var nd NativeDpkg
+				if mode == "native" {
+					nd = func(_ context.Context, p string) error { return os.Link(native, p) }
+				}
+				s := NewBootstrap(r, PackageSet(r), buildertest.Epoch, work, cacheDir, nd, b.Logf)
+				start := time.Now()
+				if err := s.Run(context.Background(), out); err != nil {
+					b.Fatal(err)
+				}
+				took[mode] = time.Since(start)
+				images[mode] = testutil.FileSHA256(b, filepath.Join(out, step.LayerImage))
+			}
+		})
+	}
+	if images["emulated"] != images["native"] {
+		b.Fatalf("%s base layer: emulated dpkg-deb gives sha256 %s, native %s", arch, images["emulated"], images["native"])
+	}
+	if e, n := took["emulated"], took["native"]; e > 0 && n > 0 {
+		b.Logf("%s bootstrap: emulated dpkg-deb %.1fs, native %.1fs (%.2f); same base layer", arch, e.Seconds(), n.Seconds(), n.Seconds()/e.Seconds())
 	}
 }

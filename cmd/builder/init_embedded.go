@@ -9,11 +9,11 @@ import (
 	"github.com/ironcore-dev/os-builder/initrd"
 )
 
-// The inits `make builder` compiled (cmd/embedinit). They exist only
+// The inits and native dpkg-debs `make builder` compiled (cmd/embedinit). They exist only
 // in the -overlay it passes, never in the source tree, so no other build
 // can embed a stale one.
 //
-//go:embed embedded/init-linux-amd64 embedded/init-linux-arm64
+//go:embed embedded/init-linux-amd64 embedded/init-linux-arm64 embedded/nativedpkg-linux-amd64 embedded/nativedpkg-linux-arm64
 var embedded embed.FS
 
 func carriedInit() initrd.InitSource {

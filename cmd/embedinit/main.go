@@ -1,9 +1,9 @@
-// Command embedinit builds the init (cmd/init) for every architecture a
-// recipe may name into DIR, plus DIR/overlay.json, which `make builder`
-// passes to go build -overlay so that cmd/builder (built with -tags
-// osb_embed_init) embeds them. The inits are built exactly as a builder
-// running in the source tree builds them (initrd.BuildInitBinary), so both
-// give the same bytes.
+// Command embedinit builds the init (cmd/init) and the bootstrap's native
+// dpkg-deb (cmd/nativedpkg) for every architecture a recipe may name into
+// DIR, plus DIR/overlay.json, which `make builder` passes to go build
+// -overlay so that cmd/builder (built with -tags osb_embed_init) embeds
+// them. They are built exactly as a builder running in the source tree
+// builds them (initrd.BuildProgram), so both give the same bytes.
 //
 // Run it in the source tree: go run ./cmd/embedinit DIR
 package main
@@ -46,12 +46,14 @@ func run(ctx context.Context, dir string) error {
 	}
 	overlay := map[string]string{}
 	for _, arch := range recipe.Architectures {
-		name := initrd.PrebuiltInitName(arch)
-		out := filepath.Join(dir, name)
-		if err := initrd.BuildInitBinary(ctx, out, arch); err != nil {
-			return err
+		for _, program := range initrd.Programs {
+			name := initrd.PrebuiltName(program, arch)
+			out := filepath.Join(dir, name)
+			if err := initrd.BuildProgram(ctx, program, out, arch); err != nil {
+				return err
+			}
+			overlay[filepath.Join(src, embedDir, name)] = out
 		}
-		overlay[filepath.Join(src, embedDir, name)] = out
 	}
 	b, err := json.MarshalIndent(map[string]any{"Replace": overlay}, "", "  ")
 	if err != nil {
