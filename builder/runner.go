@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/remotecache"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/cache/remote"
@@ -80,7 +81,7 @@ func (s bytesMetered) Run(ctx context.Context, out string) error {
 
 // withRemote wraps the cached runner in the remote cache when the options
 // name a repository (nil otherwise).
-func (b *buildRun) withRemote(ctx context.Context, next step.Runner) (*remote.Runner, error) {
+func (b *buildRun) withRemote(ctx context.Context, next step.Runner) (*remotecache.Runner, error) {
 	if b.opts.CacheFrom == "" && b.opts.CacheTo == "" {
 		return nil, nil
 	}
@@ -96,12 +97,12 @@ func (b *buildRun) withRemote(ctx context.Context, next step.Runner) (*remote.Ru
 			return nil, fmt.Errorf("--cache-to: %w", err)
 		}
 	}
-	return remote.NewRunner(ctx, next, b.store, from, to, b.r.Name, b.log.Infof), nil
+	return remotecache.NewRunner(ctx, next, b.store, from, to, b.r.Name, b.log.Infof), nil
 }
 
 // waitRemote waits for the pushes still running at the end of the build
 // and says what the remote cache did.
-func (b *buildRun) waitRemote(rr *remote.Runner) {
+func (b *buildRun) waitRemote(rr *remotecache.Runner) {
 	began := time.Now()
 	st := rr.Wait()
 	if b.opts.CacheFrom != "" {

@@ -13,7 +13,9 @@
 // binaries: no other package of the module imports them. The builder's step
 // packages (sources, rootfs, artifacts) import each other only through the
 // vocabulary, builder/step, and neither they nor what they build on (step,
-// progress, command, graph) import the builder above them.
+// progress, command, graph) import the builder above them. The step cache
+// (cache/...) is below the builder: it imports nothing under builder/ (the
+// remote cache's decorator of the step runner is builder/remotecache).
 package depsrule
 
 import (
@@ -125,6 +127,7 @@ func violations(graph map[string][]string) []string {
 		internal := under(pkg, module+"/internal")
 		production := !testSupport(pkg)
 		layer := layerOf(pkg)
+		cacheLib := under(pkg, module+"/cache")
 		for _, d := range ds {
 			upper := d == module+"/builder" || under(d, module+"/builder/cli")
 			switch {
@@ -134,6 +137,9 @@ func violations(graph map[string][]string) []string {
 				v = append(v, pkg+" imports "+d+" (step packages are below the builder)")
 			case layer == "below" && (layerOf(d) == "step" || upper):
 				v = append(v, pkg+" imports "+d+" (builder/step, progress, command and graph are below the step packages)")
+			}
+			if cacheLib && under(d, module+"/builder") {
+				v = append(v, pkg+" imports "+d+" (cache/... is below the builder: it imports nothing under builder/)")
 			}
 			if isInit && !initAllowed(d) {
 				v = append(v, pkg+" links "+d+" (cmd/init links only the standard library and golang.org/x/sys)")
@@ -213,6 +219,11 @@ func TestViolationsCaught(t *testing.T) {
 		module + "/builder/progress":  {module + "/builder/artifacts"},
 		module + "/builder/command":   {"os/exec"},
 		module + "/builder":           {module + "/builder/sources", module + "/builder/rootfs", module + "/builder/artifacts", module + "/builder/step"},
+		// The cache is below the builder; the remote cache's runner
+		// decorator, above both, may import either.
+		module + "/cache/remote":        {module + "/cache", module + "/builder/step"},
+		module + "/cache":               {module + "/internal/ocirace", module + "/builderx"},
+		module + "/builder/remotecache": {module + "/builder/step", module + "/cache", module + "/cache/remote"},
 	})
 	want := []string{
 		"boot/redfish imports sigs.k8s.io/yaml",
@@ -234,6 +245,7 @@ func TestViolationsCaught(t *testing.T) {
 		"builder/artifacts imports " + module + "/builder/rootfs (step packages speak",
 		"builder/sources imports " + module + "/builder (step packages are below",
 		"builder/progress imports " + module + "/builder/artifacts (builder/step, progress",
+		"cache/remote imports " + module + "/builder/step (cache/... is below the builder",
 	}
 	all := strings.Join(got, "\n")
 	if len(got) != len(want) {

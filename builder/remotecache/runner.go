@@ -1,4 +1,8 @@
-package remote
+// Package remotecache is the remote cache as a decorator of the build's
+// step runner: it pulls a step's entry from a registry repository before
+// the step runs and pushes the entries the build has after. The entries'
+// storage in the registry (their layout, Repo) is package cache/remote.
+package remotecache
 
 import (
 	"context"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/cache/remote"
 )
 
 // Runner is the remote cache as a decorator of a build's step runner (as
@@ -26,8 +31,8 @@ import (
 type Runner struct {
 	next   step.Runner
 	store  *cache.Store
-	from   *Repo
-	to     *Repo
+	from   *remote.Repo
+	to     *remote.Repo
 	recipe string
 	logf   func(format string, args ...any)
 	ctx    context.Context
@@ -60,7 +65,7 @@ const pushesAtOnce = 2
 // NewRunner decorates next. from and to may be nil (no lookups, no
 // pushes); recipe is recorded on pushed entries; ctx bounds the
 // background pushes (the build's context).
-func NewRunner(ctx context.Context, next step.Runner, store *cache.Store, from, to *Repo, recipe string, logf func(string, ...any)) *Runner {
+func NewRunner(ctx context.Context, next step.Runner, store *cache.Store, from, to *remote.Repo, recipe string, logf func(string, ...any)) *Runner {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
@@ -100,7 +105,7 @@ func (r *Runner) pull(ctx context.Context, name, key string) {
 		}
 		r.mu.Unlock()
 		r.logf("remote cache: %s: pulled %.12s from %s (%d bytes in %s)", name, key, r.from, n, time.Since(began).Round(time.Millisecond))
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, remote.ErrNotFound):
 	case ctx.Err() != nil:
 	case unreachable(err):
 		r.goDown(fmt.Sprintf("%s: %v", name, err))
