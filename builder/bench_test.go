@@ -230,3 +230,54 @@ func BenchmarkNothingChanged(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkArchitectures builds the multi-architecture test recipe cold
+// (an empty step cache, the .debs hard-linked from the default cache's
+// pool, which make test-image fills, so the mirror is not timed) side by
+// side: amd64 alone, arm64 alone (its maintainer scripts under qemu-user on
+// an amd64 host), and both in one command, whose lanes share the cores.
+// Run with -benchtime 1x (`make bench`).
+func BenchmarkArchitectures(b *testing.B) {
+	buildertest.RequireTools(b, "mmdebstrap", "mksquashfs")
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), "recipes/test-multiarch.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := filepath.Join(cache.DefaultDir(), "debs")
+	build := func(b *testing.B, archs ...string) time.Duration {
+		cacheDir := filepath.Join(b.TempDir(), "cache")
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := os.Stat(pool); err == nil {
+			if err := command.Run(context.Background(), "cp", "-al", pool, cacheDir); err != nil {
+				b.Fatal(err)
+			}
+		}
+		settle(b)
+		start := time.Now()
+		if _, err := BuildArchitectures(context.Background(), r, archs, Options{OutputDir: filepath.Join(b.TempDir(), "out"), CacheDir: cacheDir}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	took := map[string]time.Duration{}
+	for _, tc := range []struct {
+		name  string
+		archs []string
+	}{
+		{"amd64", []string{"amd64"}},
+		{"arm64", []string{"arm64"}},
+		{"both", []string{"amd64", "arm64"}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				took[tc.name] = build(b, tc.archs...)
+			}
+		})
+	}
+	a, m, both := took["amd64"].Seconds(), took["arm64"].Seconds(), took["both"].Seconds()
+	if a > 0 && m > 0 && both > 0 {
+		b.Logf("cold: amd64 %.0fs, arm64 %.0fs (%.2f× amd64); both in one command %.0fs, %.2f of the two one after another (%.0fs)", a, m, m/a, both, both/(a+m), a+m)
+	}
+}

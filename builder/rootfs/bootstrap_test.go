@@ -322,7 +322,7 @@ func BenchmarkBootstrap(b *testing.B) {
 	}
 }
 
-// BenchmarkForeignBootstrap bootstraps the test recipe for the architecture
+// BenchmarkForeignBootstrap bootstraps the multi-architecture test recipe for the architecture
 // this host emulates (arm64 on amd64, amd64 on arm64) side by side: every
 // tool the tree's own, run under qemu-user, and dpkg-deb and dpkg-split
 // native (cmd/nativedpkg). The .debs come from the cache's pool (make
@@ -337,7 +337,7 @@ func BenchmarkForeignBootstrap(b *testing.B) {
 	if err := hostarch.Check(arch); err != nil {
 		b.Fatal(err)
 	}
-	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), "recipes/test.yaml"))
+	r, err := recipe.Load(filepath.Join(buildertest.RepoRoot(b), "recipes/test-multiarch.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
