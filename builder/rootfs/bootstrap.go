@@ -295,9 +295,12 @@ func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 		} else {
 			defer os.RemoveAll(filepath.Dir(bin))
 			extract, customize := nativeDpkgHooks(bin)
-			args = append(args, "--extract-hook="+extract, "--customize-hook="+customize)
-			// mmdebstrap runs its chroots with the PATH it is given; on
-			// the host the directory does not exist.
+			args = append(args, "--extract-hook="+extract, "--customize-hook="+customize,
+				// apt runs dpkg with a PATH of its own, DPkg::Path.
+				`--aptopt=DPkg::Path "`+nativeDir+`:/usr/sbin:/usr/bin:/sbin:/bin"`)
+			// mmdebstrap runs its own chroots (the essential packages'
+			// dpkg) with the PATH it is given; on the host the directory
+			// does not exist.
 			env = append(env, "PATH="+nativeDir+":"+os.Getenv("PATH"))
 		}
 	}
