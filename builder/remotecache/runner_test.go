@@ -28,13 +28,19 @@ func TestRegistryGone(t *testing.T) {
 	host := reg.Host
 	reg.Stop()
 	ctx := context.Background()
-	repo := openRepo(t, host+"/osb/cache")
-	if _, _, err := repo.Pull(ctx, openStore(t), strings.Repeat("0", 64)); err == nil || errors.Is(err, remote.ErrNotFound) {
+	repo, err := remote.Open(host + "/osb/cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cache.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := repo.Pull(ctx, s, strings.Repeat("0", 64)); err == nil || errors.Is(err, remote.ErrNotFound) {
 		t.Fatalf("pull from a stopped registry: %v, want a connection error", err)
 	}
 	var logs []string
 	var mu sync.Mutex
-	s := openStore(t)
 	r := remotecache.NewRunner(ctx, plainRunner{s}, s, repo, repo, "test", func(f string, a ...any) {
 		mu.Lock()
 		logs = append(logs, f)
@@ -58,24 +64,6 @@ func TestRegistryGone(t *testing.T) {
 	if down != 1 {
 		t.Errorf("said %d times that the registry is gone: %q", down, logs)
 	}
-}
-
-func openStore(t *testing.T) *cache.Store {
-	t.Helper()
-	s, err := cache.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func openRepo(t *testing.T, ref string) *remote.Repo {
-	t.Helper()
-	r, err := remote.Open(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // plainRunner fills the store with a step's output, as the builder's
