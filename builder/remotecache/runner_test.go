@@ -92,6 +92,7 @@ func (f fakeStep) Inputs() (cache.Inputs, error) {
 	in.Add("n", fmt.Sprint(f.n))
 	return in, nil
 }
+
 func (f fakeStep) Run(_ context.Context, out string) error {
 	return os.WriteFile(filepath.Join(out, "out"), []byte(fmt.Sprint(f.n)), 0o644)
 }
