@@ -51,7 +51,7 @@ func (b *buildRun) inputKey() (string, error) {
 	}
 	in.Add("recipe", string(rendered))
 	for _, f := range b.r.Files() {
-		d, err := filehash.Tree(f.Source)
+		d, err := filehash.SourceTree(f.Source)
 		if err != nil {
 			return "", fmt.Errorf("file %s: %w", f.Source, err)
 		}

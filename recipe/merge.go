@@ -28,7 +28,7 @@ type ResolvedFile struct {
 }
 
 // Perm returns the file's mode bits and whether the layer set any; without
-// them the source's mode is kept.
+// them the source's mode is kept, as git keeps it.
 func (f ResolvedFile) Perm() (fs.FileMode, bool) {
 	if f.Mode == "" {
 		return 0, false

@@ -145,7 +145,8 @@ type File struct {
 	Source string `json:"source"`
 	// Destination absolute path in the image. Required.
 	Destination string `json:"destination"`
-	// Mode as an octal string, e.g. "0644". Default: the source's mode.
+	// Mode as an octal string, e.g. "0644". Default: the source's mode as
+	// git keeps it (0644, or 0755 if executable; directories 0755).
 	Mode string `json:"mode,omitempty"`
 	// Owner and Group, names or numbers; default root.
 	Owner string `json:"owner,omitempty"`

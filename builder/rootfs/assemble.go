@@ -21,7 +21,7 @@ import (
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-const assembleVersion = "11"
+const assembleVersion = "12"
 
 // assembleStep lays the recipe's files, units and users over the lower
 // layers (base and binaries) and packs what they change as the root's top
@@ -61,7 +61,7 @@ func (s *assembleStep) Inputs() (cache.Inputs, error) {
 	// one stands for them all without hashing them again.
 	in.AddDigest("lower-layers", s.lowerKey)
 	for _, f := range s.r.Files() {
-		d, err := filehash.Tree(f.Source)
+		d, err := filehash.SourceTree(f.Source)
 		if err != nil {
 			return nil, fmt.Errorf("file %s: %w", f.Source, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 
+	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
@@ -65,9 +66,12 @@ func copyIn(root *fsroot.Root, src, name string, mode os.FileMode) error {
 	return root.WriteFile(name, in, mode)
 }
 
-// copyTreeIn copies the host file, symlink or directory tree src to the
-// absent name in the tree as cp -a --no-preserve=ownership does: modes and
-// symlinks as they are (a symlink's target is stored, not followed).
+// copyTreeIn copies the host file, symlink or directory tree src, from a
+// source checkout, to the absent name in the tree as cp -a
+// --no-preserve=ownership does, but with modes as git keeps them
+// (filehash.CheckoutMode), not as the checkout's umask left them, so two
+// clones give the same image; symlinks as they are (a symlink's target is
+// stored, not followed).
 func copyTreeIn(root *fsroot.Root, src, name string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -82,7 +86,7 @@ func copyTreeIn(root *fsroot.Root, src, name string) error {
 		if err != nil {
 			return err
 		}
-		mode := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		mode := filehash.CheckoutMode(fi.Mode()).Perm()
 		switch {
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)

@@ -338,3 +338,30 @@ func TestRemoveMachineStateStaysInsideImage(t *testing.T) {
 	}
 	h.untouched(t)
 }
+
+// TestFileModesAsGitKeepsThem: a layer's files from a checkout made under
+// umask 002 (0664, 0775) land with the modes git keeps (0644, 0755), and a
+// layer's mode: still wins, so two clones give the same image.
+func TestFileModesAsGitKeepsThem(t *testing.T) {
+	h := newHostTree(t)
+	h.repoFile(t, "tree/conf", "conf")
+	h.repoFile(t, "tree/sub/tool", "#!/bin/sh\n")
+	h.repoFile(t, "secret", "s")
+	for name, mode := range map[string]os.FileMode{"tree": 0o775, "tree/sub": 0o775, "tree/conf": 0o664, "tree/sub/tool": 0o775, "secret": 0o664} {
+		buildertest.Must(t, os.Chmod(filepath.Join(h.repo, name), mode))
+	}
+	s := &assembleStep{r: h.recipe(recipe.Layer{Files: []recipe.File{
+		{Source: "tree", Destination: "/etc/osb-tree"},
+		{Source: "secret", Destination: "/etc/osb-secret", Mode: "0600"},
+	}})}
+	if err := s.applyFiles(context.Background(), buildertest.OpenRoot(t, h.root)); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{
+		"etc/osb-tree": 0o755, "etc/osb-tree/sub": 0o755, "etc/osb-tree/conf": 0o644, "etc/osb-tree/sub/tool": 0o755, "etc/osb-secret": 0o600,
+	} {
+		if fi, err := os.Lstat(filepath.Join(h.root, name)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want mode %o", name, fi, err, want)
+		}
+	}
+}
