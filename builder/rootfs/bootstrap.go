@@ -186,12 +186,17 @@ const nativeDir = "/.osb-native"
 
 // nativeDpkgHooks put bin into the tree as nativeDir's two tools once the
 // essential packages are extracted, and remove them before the tree is
-// customized.
+// customized, with the apt.conf file mmdebstrap leaves in the tree for
+// nativeAptPath (the only --aptopt the bootstrap passes).
 func nativeDpkgHooks(bin string) (extract, customize string) {
 	d := `"$1"` + nativeDir
 	return `mkdir ` + d + ` && cp ` + shellQuote(bin) + ` ` + d + `/dpkg-deb && ln ` + d + `/dpkg-deb ` + d + `/dpkg-split`,
-		`rm -r ` + d
+		`rm -r ` + d + ` "$1"/etc/apt/apt.conf.d/99mmdebstrap`
 }
+
+// nativeAptPath: apt runs dpkg with a PATH of its own, DPkg::Path (Debian's
+// default, with nativeDir first).
+const nativeAptPath = `--aptopt=DPkg::Path "` + nativeDir + `:/usr/sbin:/usr/bin:/sbin:/bin"`
 
 func (s *bootstrapStep) Run(ctx context.Context, out string) error {
 	tree, err := os.MkdirTemp(s.work, "rootfs-")
@@ -295,9 +300,7 @@ func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 		} else {
 			defer os.RemoveAll(filepath.Dir(bin))
 			extract, customize := nativeDpkgHooks(bin)
-			args = append(args, "--extract-hook="+extract, "--customize-hook="+customize,
-				// apt runs dpkg with a PATH of its own, DPkg::Path.
-				`--aptopt=DPkg::Path "`+nativeDir+`:/usr/sbin:/usr/bin:/sbin:/bin"`)
+			args = append(args, "--extract-hook="+extract, "--customize-hook="+customize, nativeAptPath)
 			// mmdebstrap runs its own chroots (the essential packages'
 			// dpkg) with the PATH it is given; on the host the directory
 			// does not exist.
