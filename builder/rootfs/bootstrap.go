@@ -184,10 +184,6 @@ func debsOutHook(stage, fresh string) string {
 // Debian's dpkg-deb), so the step's key does not name it.
 const nativeDir = "/.osb-native"
 
-// foreignBoost is how far an emulated bootstrap's nice value is below the
-// builder's.
-const foreignBoost = 5
-
 // nativeDpkgHooks put bin into the tree as nativeDir's two tools once the
 // essential packages are extracted, and remove them before the tree is
 // customized, with the apt.conf file mmdebstrap leaves in the tree for
@@ -345,22 +341,7 @@ func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 	tool := progress.NewLineCounter(ctx, "packages", dpkg.count)
 	cmd.Stderr = tool
 	cmd.Stdout = tool
-	err := cmd.Start()
-	if err == nil && s.native != nil {
-		// An emulated bootstrap is the longest step of any build it is
-		// in and keeps about one core busy: ahead of the host-native
-		// lanes beside it, it gets that core (BenchmarkArchitectures,
-		// both). Relative to the builder's own priority, so `nice
-		// builder` stays nice; root may raise it, others keep it.
-		if raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0); err == nil {
-			nice := 20 - raw // the raw syscall's value (glibc's is nice itself)
-			_ = syscall.Setpriority(syscall.PRIO_PGRP, cmd.Process.Pid, max(nice-foreignBoost, -20))
-		}
-	}
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		if located := s.unknownPackages(tool.String()); located != nil {
 			return located
 		}

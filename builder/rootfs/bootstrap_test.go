@@ -2,7 +2,6 @@ package rootfs
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -383,40 +382,5 @@ func BenchmarkForeignBootstrap(b *testing.B) {
 	}
 	if e, n := took["emulated"], took["native"]; e > 0 && n > 0 {
 		b.Logf("%s bootstrap: emulated dpkg-deb %.1fs, native %.1fs (%.2f); same base layer", arch, e.Seconds(), n.Seconds(), n.Seconds()/e.Seconds())
-	}
-}
-
-// TestForeignBootstrapPriority: an emulated bootstrap's processes run 5
-// below the builder's nice value (ahead of the host-native lanes beside
-// it), a native one's at the builder's own. mmdebstrap here is a script
-// that says its nice value and fails.
-func TestForeignBootstrapPriority(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("raising a priority needs root")
-	}
-	bin := t.TempDir()
-	buildertest.Must(t, os.WriteFile(filepath.Join(bin, "mmdebstrap"), []byte("#!/bin/sh\necho \"nice=$(nice)\"\nexit 3\n"), 0o755))
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
-	r := &recipe.Recipe{Base: recipe.Base{Distribution: "debian", Release: "bookworm", Architecture: "arm64", Mirror: "http://deb.debian.org/debian", Components: []string{"main"}}}
-	raw, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := 20 - raw
-	for _, tc := range []struct {
-		name   string
-		native NativeDpkg
-		want   int
-	}{
-		{"native", nil, own},
-		{"emulated", func(_ context.Context, p string) error { return os.WriteFile(p, []byte("#!/bin/true\n"), 0o755) }, max(own-foreignBoost, -20)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := NewBootstrap(r, []string{"udev"}, buildertest.Epoch, t.TempDir(), "", tc.native, t.Logf)
-			err := s.Run(context.Background(), t.TempDir())
-			if want := fmt.Sprintf("nice=%d", tc.want); err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("mmdebstrap ran with %v, want %q", err, want)
-			}
-		})
 	}
 }
