@@ -256,23 +256,40 @@ func TestVendorMatrix(t *testing.T) {
 }
 
 func runCell(t *testing.T, ref string, ids map[string]*osimage.BootIdentity, creds string, p redfishemu.Personality, method string, policy boot.Policy, want outcome) {
-	listen := testutil.FreeAddr(t)
 	id := ids[cmp.Or(want.arch, matrixArchs[0])]
-	fw := &firmware{}
-	var o redfishemu.Options
-	p.Apply(&o)
-	o.OnBoot = fw.onBoot
-	emu := redfishemu.New(o)
-	bmc := httptest.NewServer(emu)
-	defer bmc.Close()
-	cacheDir := filepath.Join(t.TempDir(), "cache")
-	fw.pxeScript = serverbootScriptURL(t, id, ref, "http://"+listen, cacheDir, bmc.URL)
+	var (
+		fw             *firmware
+		emu            *redfishemu.Emulator
+		code           int
+		stdout, stderr bytes.Buffer
+	)
+	// The artifact server's port is chosen before serverboot binds it (the
+	// firmware's PXE script names it); another parallel cell may take it
+	// in between: then the cell runs again on another port.
+	for attempt := 1; ; attempt++ {
+		listen := testutil.FreeAddr(t)
+		fw = &firmware{}
+		var o redfishemu.Options
+		p.Apply(&o)
+		o.OnBoot = fw.onBoot
+		emu = redfishemu.New(o)
+		bmc := httptest.NewServer(emu)
+		cacheDir := filepath.Join(t.TempDir(), "cache")
+		fw.pxeScript = serverbootScriptURL(t, id, ref, "http://"+listen, cacheDir, bmc.URL)
 
-	args := []string{"boot", "--bmc", bmc.URL, "--image", ref, "--insecure-registry", "--method", method, "--policy", string(policy),
-		"--artifact-listen", listen, "--cache-dir", cacheDir, "--credentials-file", creds,
-		"--serve-after-boot", "0s", "--evidence-timeout", "20s", "--timeout", "45s"}
-	var stdout, stderr bytes.Buffer
-	code := cli.Run(context.Background(), args, &stdout, &stderr)
+		args := []string{"boot", "--bmc", bmc.URL, "--image", ref, "--insecure-registry", "--method", method, "--policy", string(policy),
+			"--artifact-listen", listen, "--cache-dir", cacheDir, "--credentials-file", creds,
+			"--serve-after-boot", "0s", "--evidence-timeout", "20s", "--timeout", "45s"}
+		stdout.Reset()
+		stderr.Reset()
+		code = cli.Run(context.Background(), args, &stdout, &stderr)
+		bmc.Close()
+		if attempt < 3 && strings.Contains(stderr.String(), "address already in use") {
+			t.Logf("attempt %d: %s is taken; again", attempt, listen)
+			continue
+		}
+		break
+	}
 	s := emu.State()
 	detail := fmt.Sprintf("exit %d\nstderr: %s\nboots %+v, resets %d, state %+v, fetched %v", code, stderr.String(), emu.Boots(), emu.Resets(), s, fw.fetched)
 
