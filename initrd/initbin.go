@@ -30,10 +30,8 @@ var ErrNoInit = errors.New("initrd: no init")
 // into what it builds, for an architecture: the initrd's init (cmd/init)
 // and the bootstrap's native dpkg-deb (cmd/nativedpkg).
 type InitSource interface {
-	// WriteInit writes the init for goarch to path and says where it came
-	// from, for the build log.
-	WriteInit(ctx context.Context, path, goarch string) (from string, err error)
-	// WriteProgram does the same for any of Programs.
+	// WriteProgram writes program (one of Programs) for goarch to path
+	// and says where it came from, for the build log.
 	WriteProgram(ctx context.Context, program, path, goarch string) (from string, err error)
 }
 
@@ -63,10 +61,6 @@ type PrebuiltInits struct {
 	From string
 }
 
-func (p PrebuiltInits) WriteInit(ctx context.Context, path, goarch string) (string, error) {
-	return p.WriteProgram(ctx, InitProgram, path, goarch)
-}
-
 func (p PrebuiltInits) WriteProgram(_ context.Context, program, path, goarch string) (string, error) {
 	b, err := fs.ReadFile(p.FS, PrebuiltName(program, goarch))
 	if err != nil {
@@ -94,10 +88,6 @@ func (p PrebuiltInits) Digest(goarch string) (string, error) {
 // github.com/ironcore-dev/os-builder/cmd/builder@VERSION`), downloaded
 // through the module proxy.
 type SourceInit struct{}
-
-func (s SourceInit) WriteInit(ctx context.Context, path, goarch string) (string, error) {
-	return s.WriteProgram(ctx, InitProgram, path, goarch)
-}
 
 func (SourceInit) WriteProgram(ctx context.Context, program, path, goarch string) (string, error) {
 	src, srcErr := FindSourceDir()

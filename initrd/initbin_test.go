@@ -23,9 +23,9 @@ func TestPrebuiltInits(t *testing.T) {
 		"init-linux-amd64": {Data: []byte("\x7fELF amd64")},
 	}, From: "carried"}
 	out := filepath.Join(t.TempDir(), "init")
-	from, err := src.WriteInit(context.Background(), out, "amd64")
+	from, err := src.WriteProgram(context.Background(), InitProgram, out, "amd64")
 	if err != nil || from != "carried" {
-		t.Fatalf("WriteInit = %q, %v", from, err)
+		t.Fatalf("WriteProgram(init) = %q, %v", from, err)
 	}
 	if b, _ := os.ReadFile(out); string(b) != "\x7fELF amd64" {
 		t.Errorf("wrote %q", b)
@@ -33,7 +33,7 @@ func TestPrebuiltInits(t *testing.T) {
 	if fi, _ := os.Stat(out); fi == nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("mode %v", fi)
 	}
-	_, err = src.WriteInit(context.Background(), out, "arm64")
+	_, err = src.WriteProgram(context.Background(), InitProgram, out, "arm64")
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "arm64") {
 		t.Errorf("missing arch: %v", err)
 	}
@@ -75,7 +75,7 @@ func TestModuleVersion(t *testing.T) {
 func TestSourceInitOutsideTree(t *testing.T) {
 	t.Chdir(t.TempDir())
 	t.Setenv(SourceDirEnv, "")
-	_, err := SourceInit{}.WriteInit(context.Background(), filepath.Join(t.TempDir(), "init"), "amd64")
+	_, err := SourceInit{}.WriteProgram(context.Background(), InitProgram, filepath.Join(t.TempDir(), "init"), "amd64")
 	if !errors.Is(err, ErrNoInit) {
 		t.Fatalf("err = %v, want ErrNoInit", err)
 	}
@@ -86,7 +86,7 @@ func TestSourceInitOutsideTree(t *testing.T) {
 	}
 
 	t.Setenv(SourceDirEnv, t.TempDir())
-	if _, err = (SourceInit{}).WriteInit(context.Background(), filepath.Join(t.TempDir(), "init"), "amd64"); err == nil || !strings.Contains(err.Error(), "holds no go.mod") {
+	if _, err = (SourceInit{}).WriteProgram(context.Background(), InitProgram, filepath.Join(t.TempDir(), "init"), "amd64"); err == nil || !strings.Contains(err.Error(), "holds no go.mod") {
 		t.Errorf("bad $%s: %v", SourceDirEnv, err)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // a file without build info fails, naming where it goes in the image.
 func TestGoPrograms(t *testing.T) {
 	self := filepath.Join(t.TempDir(), "init")
-	_, err := initrd.SourceInit{}.WriteInit(t.Context(), self, runtime.GOARCH)
+	_, err := initrd.SourceInit{}.WriteProgram(t.Context(), initrd.InitProgram, self, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -178,8 +178,8 @@ func debsOutHook(stage, fresh string) string {
 // dpkg inherits, so dpkg (emulated) starts it natively for what it asks
 // of them while it unpacks (deb_reassemble, the control files, the
 // filesystem tree), instead of starting the tree's own under qemu-user,
-// which then decompresses every package in emulation: about a third of
-// an arm64 bootstrap's emulated time (BenchmarkForeignBootstrap). The
+// which then decompresses every package in emulation: a fifth of the
+// test recipe's arm64 bootstrap (BenchmarkForeignBootstrap). The
 // bytes dpkg gets are the same (internal/debpkg's tests hold them against
 // Debian's dpkg-deb), so the step's key does not name it.
 const nativeDir = "/.osb-native"

@@ -111,7 +111,7 @@ func (s *Init) Run(ctx context.Context, out string) error {
 	if src == nil {
 		src = initrd.SourceInit{}
 	}
-	from, err := src.WriteInit(ctx, InitBinary(out), s.arch)
+	from, err := src.WriteProgram(ctx, initrd.InitProgram, InitBinary(out), s.arch)
 	if err != nil {
 		return err
 	}
