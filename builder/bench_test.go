@@ -38,7 +38,7 @@ func BenchmarkBuildTestRecipe(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := Build(context.Background(), r, Options{OutputDir: filepath.Join(tree, "out"), CacheDir: cacheDir}); err != nil {
+		if _, err := buildLane(context.Background(), r, Options{OutputDir: filepath.Join(tree, "out"), CacheDir: cacheDir}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -97,7 +97,7 @@ func BenchmarkArtifacts(b *testing.B) {
 	}
 	cacheDir := cache.DefaultDir() // what builds and tests filled
 	warm := filepath.Join(b.TempDir(), "out")
-	m, err := Build(context.Background(), r, Options{OutputDir: warm, CacheDir: cacheDir})
+	m, err := buildLane(context.Background(), r, Options{OutputDir: warm, CacheDir: cacheDir})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func BenchmarkNothingChanged(b *testing.B) {
 				out = filepath.Join(b.TempDir(), "out")
 			}
 			opts := Options{OutputDir: out, CacheDir: cacheDir}
-			first, err := Build(context.Background(), load(), opts)
+			first, err := buildLane(context.Background(), load(), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func BenchmarkNothingChanged(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				log.Reset()
-				if _, err := Build(context.Background(), load(), opts); err != nil {
+				if _, err := buildLane(context.Background(), load(), opts); err != nil {
 					b.Fatal(err)
 				}
 				if !strings.Contains(log.String(), "nothing changed") {
@@ -258,7 +258,11 @@ func BenchmarkArchitectures(b *testing.B) {
 		}
 		settle(b)
 		start, cpu0 := time.Now(), cpuTime()
-		if _, err := BuildArchitectures(context.Background(), r, archs, Options{OutputDir: filepath.Join(b.TempDir(), "out"), CacheDir: cacheDir}); err != nil {
+		lanes, err := Lanes(r, archs, Options{OutputDir: filepath.Join(b.TempDir(), "out"), CacheDir: cacheDir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Build(context.Background(), lanes...); err != nil {
 			b.Fatal(err)
 		}
 		wall, cpu := time.Since(start), cpuTime()-cpu0

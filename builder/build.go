@@ -42,7 +42,7 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, er
 		return nil, err
 	}
 	if opts.OutputDir == "" {
-		opts.OutputDir = filepath.Join("out", r.Name)
+		return nil, errors.New("no output directory") // Lane.withDefaults sets it
 	}
 	if opts.CacheDir == "" {
 		opts.CacheDir = cache.DefaultDir()
@@ -97,74 +97,63 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, er
 	return b, nil
 }
 
-// Build runs the recipe for its base.architecture and returns the manifest
-// of the output directory. When the output directory already holds what
-// the recipe makes (same input key, artifacts unchanged) it writes nothing
-// and returns its manifest.
-func Build(ctx context.Context, r *recipe.Recipe, opts Options) (*osimage.BuildManifest, error) {
-	ms, err := buildLanes(ctx, []*recipe.Recipe{r}, []Options{opts})
-	if err != nil {
-		return nil, err
-	}
-	return ms[0], nil
+// A Lane is one architecture's build of a recipe: the recipe resolved
+// for that architecture (recipe.ForArchitecture) and the options it builds
+// with, its output directory among them. Lanes makes a recipe's; Build and
+// PlanBuild take any number.
+type Lane struct {
+	Recipe  *recipe.Recipe
+	Options Options
 }
 
-// BuildArchitectures builds the recipe for archs (none: every architecture
-// the recipe names) in one graph, each architecture's steps side by side.
-// One architecture is written to opts.OutputDir as Build writes it;
-// several to one output directory each, opts.OutputDir/ARCH. The
-// manifests are in archs' order.
-func BuildArchitectures(ctx context.Context, r *recipe.Recipe, archs []string, opts Options) ([]*osimage.BuildManifest, error) {
-	rs, runOpts, err := ArchitectureRuns(r, archs, opts)
-	if err != nil {
-		return nil, err
+// withDefaults is l with its output directory defaulted to out/NAME, the
+// one place that default is set.
+func (l Lane) withDefaults() Lane {
+	if l.Options.OutputDir == "" {
+		l.Options.OutputDir = filepath.Join("out", l.Recipe.Name)
 	}
-	return buildLanes(ctx, rs, runOpts)
+	return l
 }
 
-// ArchitectureRuns are the recipe for each of archs (none: the recipe's
-// architectures) and the options of its build: the output directory is
-// opts.OutputDir (default out/NAME) for one architecture, its ARCH
-// subdirectory for several.
-func ArchitectureRuns(r *recipe.Recipe, archs []string, opts Options) ([]*recipe.Recipe, []Options, error) {
+// Lanes are the recipe's lanes for archs (none: every architecture it
+// names), in archs' order: one architecture builds into opts.OutputDir
+// itself, several into its ARCH subdirectory each.
+func Lanes(r *recipe.Recipe, archs []string, opts Options) ([]Lane, error) {
 	if len(archs) == 0 {
 		archs = r.Architectures()
 	}
-	if opts.OutputDir == "" {
-		opts.OutputDir = filepath.Join("out", r.Name)
-	}
-	var rs []*recipe.Recipe
-	var runOpts []Options
+	base := Lane{Recipe: r, Options: opts}.withDefaults().Options.OutputDir
+	var lanes []Lane
 	for i, a := range archs {
 		if slices.Index(archs, a) < i {
-			return nil, nil, fmt.Errorf("architecture %s named twice", a)
+			return nil, fmt.Errorf("architecture %s named twice", a)
 		}
 		ra, err := r.ForArchitecture(a)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		o := opts
+		l := Lane{Recipe: ra, Options: opts}
+		l.Options.OutputDir = base
 		if len(archs) > 1 {
-			o.OutputDir = filepath.Join(opts.OutputDir, a)
+			l.Options.OutputDir = filepath.Join(base, a)
 		}
-		rs = append(rs, ra)
-		runOpts = append(runOpts, o)
+		lanes = append(lanes, l)
 	}
-	return rs, runOpts, nil
+	return lanes, nil
 }
 
-// buildLanes builds each recipe (one architecture each) with its options,
-// all in one graph: a lane per recipe, its nodes named ARCH/STEP when
-// there are several. Their progress is one report.
-func buildLanes(ctx context.Context, rs []*recipe.Recipe, opts []Options) ([]*osimage.BuildManifest, error) {
-	ms := make([]*osimage.BuildManifest, len(rs))
+// Build builds the lanes in one graph, each lane's steps side by side
+// (its nodes named ARCH/STEP when there are several), and returns the
+// manifest of each output directory in lanes' order. A lane whose output
+// directory already holds what it makes (same input key, artifacts
+// unchanged) writes nothing and returns that directory's manifest.
+func Build(ctx context.Context, lanes ...Lane) ([]*osimage.BuildManifest, error) {
+	ms := make([]*osimage.BuildManifest, len(lanes))
 	var runs []*buildRun
 	var log *progress.Reporter
-	for i, r := range rs {
-		o := opts[i]
-		if o.OutputDir == "" {
-			o.OutputDir = filepath.Join("out", r.Name)
-		}
+	for _, l := range lanes {
+		l = l.withDefaults()
+		r, o := l.Recipe, l.Options
 		// The swap at the end deletes what the output held: refuse now,
 		// not after an hour of building (and before touching the cache).
 		if err := CheckOutputDir(o.OutputDir); err != nil {
@@ -181,7 +170,7 @@ func buildLanes(ctx context.Context, rs []*recipe.Recipe, opts []Options) ([]*os
 			began := time.Now()
 			defer func() { log.PrintSummary(time.Since(began)) }()
 		}
-		if len(rs) > 1 {
+		if len(lanes) > 1 {
 			b.prefix = r.Base.Architecture + "/"
 		}
 		runs = append(runs, b)
@@ -248,9 +237,9 @@ func buildLanes(ctx context.Context, rs []*recipe.Recipe, opts []Options) ([]*os
 	return ms, nil
 }
 
-// lane is one architecture's part of a build: its run, its staging
-// directory, its nodes (named with the run's prefix) and their results.
-type lane struct {
+// stagedLane is a running lane: its run, its staging directory, its nodes
+// (named with the run's prefix) and their results.
+type stagedLane struct {
 	b      *buildRun
 	final  string
 	out    staged
@@ -261,7 +250,7 @@ type lane struct {
 }
 
 // openLane stages b's output directory and lays out its table.
-func (b *buildRun) openLane() (*lane, error) {
+func (b *buildRun) openLane() (*stagedLane, error) {
 	final, err := filepath.Abs(b.opts.OutputDir)
 	if err != nil {
 		return nil, err
@@ -274,7 +263,7 @@ func (b *buildRun) openLane() (*lane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output %s: %w", final, err)
 	}
-	l := &lane{b: b, final: final, out: staged{dir: stage}, unlock: unlock}
+	l := &stagedLane{b: b, final: final, out: staged{dir: stage}, unlock: unlock}
 	if !b.opts.NoCache {
 		l.out.prev = readPreviousOutput(b.store, final)
 	}
@@ -283,13 +272,13 @@ func (b *buildRun) openLane() (*lane, error) {
 	return l, nil
 }
 
-func (l *lane) close() {
+func (l *stagedLane) close() {
 	os.RemoveAll(l.out.dir)
 	l.unlock()
 }
 
 // finish writes the lane's manifest and swaps its output into place.
-func (l *lane) finish() (*osimage.BuildManifest, error) {
+func (l *stagedLane) finish() (*osimage.BuildManifest, error) {
 	var arts []osimage.Artifact
 	for _, n := range l.ns {
 		if n.writer != nil {
@@ -326,7 +315,7 @@ func runLanes(ctx context.Context, runs []*buildRun) ([]*osimage.BuildManifest, 
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	var lanes []*lane
+	var lanes []*stagedLane
 	defer func() {
 		for _, l := range lanes {
 			l.close()

@@ -34,7 +34,7 @@ func TestRebuildAfterUnitChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		var log bytes.Buffer
-		m, err := Build(context.Background(), r, Options{
+		m, err := buildLane(context.Background(), r, Options{
 			OutputDir: filepath.Join(tree, "out"), CacheDir: cacheDir, Verbose: true, Progress: &log,
 		})
 		if err != nil {

@@ -42,7 +42,7 @@ func TestUnknownPackageNamesRecipeLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Build(context.Background(), r, Options{OutputDir: filepath.Join(tree, "out"), CacheDir: t.TempDir(), NoCache: true})
+	_, err = buildLane(context.Background(), r, Options{OutputDir: filepath.Join(tree, "out"), CacheDir: t.TempDir(), NoCache: true})
 	if err == nil {
 		t.Fatal("build with an unknown package succeeded")
 	}

@@ -45,7 +45,7 @@ var hexKey = regexp.MustCompile(`\b[0-9a-f]{12,64}\b`)
 // runs.
 func TestPlanGolden(t *testing.T) {
 	testutil.RequireTool(t, "go")
-	p, err := PlanBuild(context.Background(), loadTestRecipe(t), Options{
+	p, err := planLane(context.Background(), loadTestRecipe(t), Options{
 		OutputDir: filepath.Join(t.TempDir(), "out"), CacheDir: t.TempDir(), Jobs: 2,
 	})
 	if err != nil {
@@ -135,12 +135,12 @@ func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
 	opts := Options{OutputDir: out, CacheDir: cache.DefaultDir(), ProgressMode: progress.ModeJSON}
 	var events bytes.Buffer
 	opts.Progress = &events
-	m, err := Build(context.Background(), loadTestRecipe(t), opts)
+	m, err := buildLane(context.Background(), loadTestRecipe(t), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := parseEvents(t, events.Bytes())
-	p, err := PlanBuild(context.Background(), loadTestRecipe(t), opts)
+	p, err := planLane(context.Background(), loadTestRecipe(t), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestPlanMatchesBuildAndNothingChanged(t *testing.T) {
 	}
 	events.Reset()
 	start := time.Now()
-	again, err := Build(context.Background(), loadTestRecipe(t), opts)
+	again, err := buildLane(context.Background(), loadTestRecipe(t), opts)
 	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 	out := filepath.Join(tmp, "out")
 	var log bytes.Buffer
 	opts := Options{OutputDir: out, CacheDir: cache.DefaultDir(), Progress: &log}
-	if _, err := Build(context.Background(), loadTestRecipe(t), opts); err != nil {
+	if _, err := buildLane(context.Background(), loadTestRecipe(t), opts); err != nil {
 		t.Fatal(err)
 	}
 	before := map[string]sealedFile{}
@@ -217,7 +217,7 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 		return r
 	}
 	log.Reset()
-	reused, err := Build(context.Background(), changed(), opts)
+	reused, err := buildLane(context.Background(), changed(), opts)
 	buildertest.Must(t, err)
 	for _, name := range []string{artifacts.FileRootfs, artifacts.FileInitrd} {
 		id, err := identity(filepath.Join(out, name))
@@ -232,7 +232,7 @@ func TestReuseGivesWrittenBytes(t *testing.T) {
 	if id, _ := identity(filepath.Join(out, artifacts.FileUKI)); id.Ino == before[artifacts.FileUKI].Ino {
 		t.Error("the UKI, whose command line changed, was reused")
 	}
-	fresh, err := Build(context.Background(), changed(), Options{OutputDir: filepath.Join(tmp, "fresh"), CacheDir: opts.CacheDir})
+	fresh, err := buildLane(context.Background(), changed(), Options{OutputDir: filepath.Join(tmp, "fresh"), CacheDir: opts.CacheDir})
 	buildertest.Must(t, err)
 	if !reflect.DeepEqual(reused.Artifacts, fresh.Artifacts) {
 		t.Errorf("reusing build:\n%+v\nfresh build:\n%+v", reused.Artifacts, fresh.Artifacts)
@@ -364,7 +364,7 @@ func TestFailingStepCancelsSiblings(t *testing.T) {
 	t.Setenv("GONOSUMDB", "example.invalid")
 	var log bytes.Buffer
 	start := time.Now()
-	_, err := Build(context.Background(), r, Options{OutputDir: old, CacheDir: cacheDir, Jobs: 2, Progress: &log, ProgressMode: progress.ModePlain})
+	_, err := buildLane(context.Background(), r, Options{OutputDir: old, CacheDir: cacheDir, Jobs: 2, Progress: &log, ProgressMode: progress.ModePlain})
 	took := time.Since(start)
 	if err == nil || !strings.Contains(err.Error(), "go:example.invalid/osb/none@v0.0.1: layer test-hello") {
 		t.Fatalf("build = %v, want the go step's failure", err)

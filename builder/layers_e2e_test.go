@@ -32,7 +32,7 @@ func buildTree(t testing.TB, tree, out, cacheDir string) time.Duration {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := Build(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir}); err != nil {
+	if _, err := buildLane(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir}); err != nil {
 		t.Fatal(err)
 	}
 	return time.Since(start)

@@ -115,7 +115,7 @@ func TestBuildRefusesForeignOutput(t *testing.T) {
 	// preflight instead, after the cache was opened.
 	addUnreachableSource(t, r)
 	cacheDir := filepath.Join(t.TempDir(), "cache")
-	_, err = Build(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir, NoCache: true})
+	_, err = buildLane(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir, NoCache: true})
 	if !errors.Is(err, ErrOutputNotOurs) {
 		t.Fatalf("Build = %v, want ErrOutputNotOurs", err)
 	}
@@ -153,7 +153,7 @@ func TestOutputReplacement(t *testing.T) {
 		}
 		// Another version: a build with nothing changed would write nothing.
 		r.Version = version
-		_, err = Build(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir})
+		_, err = buildLane(context.Background(), r, Options{OutputDir: out, CacheDir: cacheDir})
 		return err
 	}
 	state := func() (os.FileInfo, string) {

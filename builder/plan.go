@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/ironcore-dev/os-builder/builder/graph"
-	"github.com/ironcore-dev/os-builder/recipe"
 )
 
 // Plan is a build's graph as `builder build --plan` shows it, without
@@ -40,10 +39,25 @@ type PlanStep struct {
 	MemMiB int    `json:"memMiB"`
 }
 
-// PlanBuild works out the build's graph, each step's cache key and whether
+// PlanBuild works out each lane's graph, each step's cache key and whether
 // the cache holds it: the key of a step that reads another's output is
-// computed from the cached output. Nothing is built or written.
-func PlanBuild(ctx context.Context, r *recipe.Recipe, opts Options) (*Plan, error) {
+// computed from the cached output. Nothing is built or written. The plans
+// are in lanes' order.
+func PlanBuild(ctx context.Context, lanes ...Lane) ([]*Plan, error) {
+	var plans []*Plan
+	for _, l := range lanes {
+		p, err := l.withDefaults().plan(ctx)
+		if err != nil {
+			return nil, err
+		}
+		plans = append(plans, p)
+	}
+	return plans, nil
+}
+
+// plan is PlanBuild of one lane.
+func (l Lane) plan(ctx context.Context) (*Plan, error) {
+	r, opts := l.Recipe, l.Options
 	opts.Progress = nil
 	b, err := prepare(ctx, r, opts)
 	if err != nil {

@@ -24,7 +24,7 @@ func TestReproducibleFromScratch(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		m, err := Build(context.Background(), r, Options{
+		m, err := buildLane(context.Background(), r, Options{
 			OutputDir: filepath.Join(dir, "out"), CacheDir: filepath.Join(dir, "cache"), NoCache: true,
 		})
 		if err != nil {

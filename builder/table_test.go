@@ -129,13 +129,14 @@ func TestBuildGraphDocArchitectures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, _, err := ArchitectureRuns(r, nil, Options{})
+	lanes, err := Lanes(r, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	b.WriteString("| node | needs |\n|---|---|\n")
-	for _, ra := range rs {
+	for _, l := range lanes {
+		ra := l.Recipe
 		run := &buildRun{r: ra, prefix: ra.Base.Architecture + "/", opts: Options{CacheDir: t.TempDir()},
 			art: artifacts.Config{Outputs: ra.OutputSet(), Arch: ra.Base.Architecture}, log: progress.New(nil, false, progress.ModePlain)}
 		ns, _ := run.table("")

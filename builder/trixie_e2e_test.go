@@ -44,7 +44,7 @@ func TestTrixieBuildsAndBoots(t *testing.T) {
 	}
 	r.Outputs = []recipe.Output{recipe.OutputPXE}
 	out := filepath.Join(tree, "out")
-	m, err := Build(context.Background(), r, Options{OutputDir: out, CacheDir: cache.DefaultDir()})
+	m, err := buildLane(context.Background(), r, Options{OutputDir: out, CacheDir: cache.DefaultDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,22 +13,17 @@ import (
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/osimage"
-	"github.com/ironcore-dev/os-builder/recipe"
 )
 
-// planArchitectures prints each architecture's plan: one plan as before,
-// several one after another (--json: a list).
-func planArchitectures(cmd *cobra.Command, stdout io.Writer, rs []*recipe.Recipe, runOpts []builder.Options, asJSON bool) error {
-	var plans []*builder.Plan
-	for i, r := range rs {
-		p, err := builder.PlanBuild(cmd.Context(), r, runOpts[i])
-		if errors.Is(err, builder.ErrOutputNotOurs) {
-			return exitcode.UsageError(err)
-		}
-		if err != nil {
-			return err
-		}
-		plans = append(plans, p)
+// planLanes prints each lane's plan: one plan as before, several one
+// after another (--json: a list).
+func planLanes(cmd *cobra.Command, stdout io.Writer, lanes []builder.Lane, asJSON bool) error {
+	plans, err := builder.PlanBuild(cmd.Context(), lanes...)
+	if errors.Is(err, builder.ErrOutputNotOurs) {
+		return exitcode.UsageError(err)
+	}
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		if len(plans) == 1 {
@@ -38,7 +33,7 @@ func planArchitectures(cmd *cobra.Command, stdout io.Writer, rs []*recipe.Recipe
 	}
 	for i, p := range plans {
 		if len(plans) > 1 {
-			fmt.Fprintf(stdout, "%s# %s\n", map[bool]string{true: "\n"}[i > 0], rs[i].Base.Architecture)
+			fmt.Fprintf(stdout, "%s# %s\n", map[bool]string{true: "\n"}[i > 0], lanes[i].Recipe.Base.Architecture)
 		}
 		if err := p.WriteText(stdout); err != nil {
 			return err
@@ -50,7 +45,7 @@ func planArchitectures(cmd *cobra.Command, stdout io.Writer, rs []*recipe.Recipe
 // writeManifests prints what a build wrote: one manifest as before (a
 // table, or the manifest with --json), several as one table with the
 // architecture's directory in FILE (--json: a list of manifests).
-func writeManifests(stdout io.Writer, ms []*osimage.BuildManifest, runOpts []builder.Options, asJSON bool) error {
+func writeManifests(stdout io.Writer, ms []*osimage.BuildManifest, lanes []builder.Lane, asJSON bool) error {
 	if asJSON {
 		if len(ms) == 1 {
 			return icli.WriteJSON(stdout, ms[0])
@@ -63,7 +58,7 @@ func writeManifests(stdout io.Writer, ms []*osimage.BuildManifest, runOpts []bui
 		for _, a := range m.Artifacts {
 			path := a.Path
 			if len(ms) > 1 {
-				path = filepath.Join(filepath.Base(runOpts[i].OutputDir), a.Path)
+				path = filepath.Join(filepath.Base(lanes[i].Options.OutputDir), a.Path)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Kind, path, a.Size, a.SHA256)
 		}

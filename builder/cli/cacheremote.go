@@ -202,15 +202,17 @@ func pruneRemote(cmd *cobra.Command, stdout io.Writer, ref string, olderThan tim
 		if err != nil {
 			return err
 		}
-		for _, arch := range r.Architectures() {
-			ra, err := r.ForArchitecture(arch)
-			if err != nil {
-				return err
-			}
-			p, err := builder.PlanBuild(ctx, ra, builder.Options{CacheDir: cacheDir, Locked: true, Init: Init, OutputDir: filepath.Join(os.TempDir(), "osb-prune-plan")})
+		lanes, err := builder.Lanes(r, nil, builder.Options{CacheDir: cacheDir, Locked: true, Init: Init, OutputDir: filepath.Join(os.TempDir(), "osb-prune-plan")})
+		if err != nil {
+			return err
+		}
+		for _, l := range lanes {
+			arch := l.Recipe.Base.Architecture
+			plans, err := builder.PlanBuild(ctx, l)
 			if err != nil {
 				return fmt.Errorf("plan %s (%s): %w", path, arch, err)
 			}
+			p := plans[0]
 			for _, st := range p.Steps {
 				if st.Cache == "pending" {
 					return fmt.Errorf("plan %s (%s): step %s: its key needs outputs the local cache does not have; build (or `cache pull`) the recipe for %s first, so prune knows every entry its lock references", path, arch, st.Step, arch)

@@ -97,25 +97,27 @@ picks some of them (one: into --output itself).`,
 			// The plan keys the init step as the build does: by the init
 			// this builder carries, when it carries one.
 			opts.Init = Init
-			rs, runOpts, err := builder.ArchitectureRuns(r, archs, opts)
+			lanes, err := builder.Lanes(r, archs, opts)
 			if err != nil {
 				return exitcode.UsageError(err)
 			}
 			if plan {
-				return planArchitectures(cmd, stdout, rs, runOpts, asJSON)
+				return planLanes(cmd, stdout, lanes, asJSON)
 			}
-			opts.Progress = stderr
-			if asJSON {
-				opts.ProgressMode = progress.ModeJSON
+			for i := range lanes {
+				lanes[i].Options.Progress = stderr
+				if asJSON {
+					lanes[i].Options.ProgressMode = progress.ModeJSON
+				}
 			}
-			ms, err := builder.BuildArchitectures(cmd.Context(), r, archs, opts)
+			ms, err := builder.Build(cmd.Context(), lanes...)
 			if errors.Is(err, builder.ErrOutputNotOurs) {
 				return exitcode.UsageError(err)
 			}
 			if err != nil {
 				return lockUsage(err)
 			}
-			return writeManifests(stdout, ms, runOpts, asJSON)
+			return writeManifests(stdout, ms, lanes, asJSON)
 		},
 	}
 	f := c.Flags()
