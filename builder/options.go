@@ -11,11 +11,11 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/artifacts"
 	"github.com/ironcore-dev/os-builder/builder/hostarch"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
-	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -63,8 +63,8 @@ type Options struct {
 	// share (buildLanes); nil: prepare makes one from Progress.
 	reporter *progress.Reporter
 	// Init supplies the initrd's init; nil builds it from source
-	// (initrd.SourceInit). cmd/builder passes the init it carries.
-	Init initrd.InitSource
+	// (programs.SourceInit). cmd/builder passes the init it carries.
+	Init programs.InitSource
 }
 
 func (o *Options) epoch() (int64, error) {
@@ -161,10 +161,10 @@ func (b *buildRun) nativeDpkg() rootfs.NativeDpkg {
 	}
 	src := b.opts.Init
 	if src == nil {
-		src = initrd.SourceInit{}
+		src = programs.SourceInit{}
 	}
 	return func(ctx context.Context, path string) error {
-		_, err := src.WriteProgram(ctx, initrd.NativeDpkgProgram, path, host)
+		_, err := src.WriteProgram(ctx, programs.NativeDpkgProgram, path, host)
 		return err
 	}
 }

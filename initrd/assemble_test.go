@@ -2,13 +2,10 @@ package initrd
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -96,41 +93,5 @@ func TestAssemble(t *testing.T) {
 	}
 	if _, err := os.Stat(opts.Output); err == nil {
 		t.Error("failed Assemble left an output")
-	}
-}
-
-// TestBuildInitBinary builds the real init twice into different places and
-// expects the same bytes: a static, stripped executable.
-func TestBuildInitBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the init")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go toolchain")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "sub", "b")
-	os.MkdirAll(filepath.Dir(b), 0o755)
-	for _, p := range []string{a, b} {
-		if err := BuildInitBinary(ctx, p, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ab, _ := os.ReadFile(a)
-	bb, _ := os.ReadFile(b)
-	if !bytes.Equal(ab, bb) {
-		t.Error("two builds differ")
-	}
-	// net/http and crypto/tls (for fetching images) are most of it.
-	if len(ab) > 8<<20 {
-		t.Errorf("init is %d bytes; expected a small stripped binary", len(ab))
-	}
-	if out, err := exec.Command("file", a).Output(); err == nil {
-		s := string(out)
-		if !strings.Contains(s, "statically linked") || !strings.Contains(s, "stripped") || strings.Contains(s, "not stripped") {
-			t.Errorf("file(1): %s", s)
-		}
 	}
 }

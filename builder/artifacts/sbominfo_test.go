@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/builder/step"
-	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -22,7 +22,7 @@ import (
 // a file without build info fails, naming where it goes in the image.
 func TestGoPrograms(t *testing.T) {
 	self := filepath.Join(t.TempDir(), "init")
-	_, err := initrd.SourceInit{}.WriteProgram(t.Context(), initrd.InitProgram, self, runtime.GOARCH)
+	_, err := programs.SourceInit{}.WriteProgram(t.Context(), programs.InitProgram, self, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}

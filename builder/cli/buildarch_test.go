@@ -10,7 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/ironcore-dev/os-builder/builder"
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 )
 
 // TestBuildArchitectures: a recipe with base.architectures plans (and
@@ -33,9 +33,9 @@ unitsDir: .
 	}
 	saved := Init
 	t.Cleanup(func() { Init = saved })
-	Init = initrd.PrebuiltInits{FS: fstest.MapFS{
-		initrd.PrebuiltInitName("amd64"): {Data: []byte("\x7fELF amd64")},
-		initrd.PrebuiltInitName("arm64"): {Data: []byte("\x7fELF arm64")},
+	Init = programs.PrebuiltInits{FS: fstest.MapFS{
+		programs.PrebuiltInitName("amd64"): {Data: []byte("\x7fELF amd64")},
+		programs.PrebuiltInitName("arm64"): {Data: []byte("\x7fELF arm64")},
 	}, From: "carried by the test"}
 	out := filepath.Join(t.TempDir(), "out")
 	cache := t.TempDir()

@@ -1,8 +1,8 @@
 package cli
 
-import "github.com/ironcore-dev/os-builder/initrd"
+import "github.com/ironcore-dev/os-builder/builder/programs"
 
 // Init is the initrd's init the builder program carries: cmd/builder sets
 // it when `make builder` embedded one. nil builds the init from source
-// (initrd.SourceInit), which needs Go.
-var Init initrd.InitSource
+// (programs.SourceInit), which needs Go.
+var Init programs.InitSource

@@ -9,8 +9,8 @@ import (
 	"testing/fstest"
 
 	"github.com/ironcore-dev/os-builder/builder"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/builder/sources"
-	"github.com/ironcore-dev/os-builder/initrd"
 )
 
 // TestPlanUsesCarriedInit: `builder build --plan` keys the init step by
@@ -24,8 +24,8 @@ func TestPlanUsesCarriedInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(t.TempDir()) // no go.mod up from here
-	t.Setenv(initrd.SourceDirEnv, "")
-	os.Unsetenv(initrd.SourceDirEnv) // restored by Setenv's cleanup
+	t.Setenv(programs.SourceDirEnv, "")
+	os.Unsetenv(programs.SourceDirEnv) // restored by Setenv's cleanup
 
 	saved := Init
 	t.Cleanup(func() { Init = saved })
@@ -37,7 +37,7 @@ func TestPlanUsesCarriedInit(t *testing.T) {
 		{name: "another init", init: []byte("\x7fELF init two")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			carried := initrd.PrebuiltInits{FS: fstest.MapFS{initrd.PrebuiltInitName("amd64"): {Data: tc.init}}, From: "carried by the test"}
+			carried := programs.PrebuiltInits{FS: fstest.MapFS{programs.PrebuiltInitName("amd64"): {Data: tc.init}}, From: "carried by the test"}
 			Init = carried
 			var stdout, stderr bytes.Buffer
 			code := Main([]string{"build", "--plan", "--json", rpath, "--output", filepath.Join(t.TempDir(), "out"), "--cache-dir", t.TempDir()}, &stdout, &stderr)

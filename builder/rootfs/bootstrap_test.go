@@ -15,10 +15,10 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder/hostarch"
 	"github.com/ironcore-dev/os-builder/builder/internal/buildertest"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
-	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -345,7 +345,7 @@ func BenchmarkForeignBootstrap(b *testing.B) {
 		b.Fatal(err)
 	}
 	native := filepath.Join(b.TempDir(), "nativedpkg")
-	if err := initrd.BuildProgram(context.Background(), initrd.NativeDpkgProgram, native, runtime.GOARCH); err != nil {
+	if err := programs.BuildProgram(context.Background(), programs.NativeDpkgProgram, native, runtime.GOARCH); err != nil {
 		b.Fatal(err)
 	}
 	cacheDir := cache.DefaultDir()

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 )
 
 // TestBuildInitSources: an InitSource in Options wins (what cmd/builder
@@ -21,8 +21,8 @@ import (
 func TestBuildInitSources(t *testing.T) {
 	carried := []byte("\x7fELF carried init")
 	var log bytes.Buffer
-	prebuilt := initrd.PrebuiltInits{
-		FS: fstest.MapFS{initrd.PrebuiltInitName("arm64"): {Data: carried}}, From: "carried by the builder",
+	prebuilt := programs.PrebuiltInits{
+		FS: fstest.MapFS{programs.PrebuiltInitName("arm64"): {Data: carried}}, From: "carried by the builder",
 	}
 	p, err := runInit(prebuilt, t.TempDir(), "arm64", logTo(&log))
 	if err != nil {
@@ -36,7 +36,7 @@ func TestBuildInitSources(t *testing.T) {
 	}
 	// The carried init's key is its bytes: other bytes, another key.
 	key := func(data []byte) string {
-		in, err := (&Init{arch: "arm64", src: initrd.PrebuiltInits{FS: fstest.MapFS{initrd.PrebuiltInitName("arm64"): {Data: data}}}}).Inputs()
+		in, err := (&Init{arch: "arm64", src: programs.PrebuiltInits{FS: fstest.MapFS{programs.PrebuiltInitName("arm64"): {Data: data}}}}).Inputs()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestBuildInitSources(t *testing.T) {
 }
 
 // runInit runs the init step the way a build does and returns the init.
-func runInit(src initrd.InitSource, out, arch string, logf func(string, ...any)) (string, error) {
+func runInit(src programs.InitSource, out, arch string, logf func(string, ...any)) (string, error) {
 	s := NewInit(arch, src, logf)
 	if err := s.Run(context.Background(), out); err != nil {
 		return "", err

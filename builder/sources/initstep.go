@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/builder/command"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/cache"
-	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -28,13 +28,13 @@ const initStepVersion = "1"
 // long step.
 type Init struct {
 	arch string
-	src  initrd.InitSource                // nil: initrd.SourceInit
+	src  programs.InitSource              // nil: programs.SourceInit
 	logf func(format string, args ...any) // nil: silence
 }
 
 // NewInit is the step that writes the init for arch from src (nil: built
 // from source); logf says where it came from.
-func NewInit(arch string, src initrd.InitSource, logf func(format string, args ...any)) *Init {
+func NewInit(arch string, src programs.InitSource, logf func(format string, args ...any)) *Init {
 	return &Init{arch: arch, src: src, logf: logf}
 }
 
@@ -44,7 +44,7 @@ func (s *Init) Inputs() (cache.Inputs, error) {
 	var in cache.Inputs
 	in.Add("step-version", initStepVersion)
 	in.Add("arch", s.arch)
-	if p, ok := s.src.(initrd.PrebuiltInits); ok {
+	if p, ok := s.src.(programs.PrebuiltInits); ok {
 		d, err := p.Digest(s.arch)
 		if err != nil {
 			return nil, err
@@ -52,13 +52,13 @@ func (s *Init) Inputs() (cache.Inputs, error) {
 		in.AddDigest("prebuilt-init", d)
 		return in, nil
 	}
-	src, srcErr := initrd.FindSourceDir()
+	src, srcErr := programs.FindSourceDir()
 	if srcErr != nil {
-		version, err := initrd.OwnVersion()
-		if err != nil || os.Getenv(initrd.SourceDirEnv) != "" {
-			return nil, fmt.Errorf("%w: this builder carries none (use one from `make builder`) and cannot build one: %w; nor from the module at its own version: %w", initrd.ErrNoInit, srcErr, err)
+		version, err := programs.OwnVersion()
+		if err != nil || os.Getenv(programs.SourceDirEnv) != "" {
+			return nil, fmt.Errorf("%w: this builder carries none (use one from `make builder`) and cannot build one: %w; nor from the module at its own version: %w", programs.ErrNoInit, srcErr, err)
 		}
-		in.Add("module", initrd.ModulePath+"@"+version)
+		in.Add("module", programs.ModulePath+"@"+version)
 		return s.addToolchain(in)
 	}
 	// The module's own packages the init imports, by go list: a package
@@ -109,9 +109,9 @@ func InitBinary(out string) string { return filepath.Join(out, "init") }
 func (s *Init) Run(ctx context.Context, out string) error {
 	src := s.src
 	if src == nil {
-		src = initrd.SourceInit{}
+		src = programs.SourceInit{}
 	}
-	from, err := src.WriteProgram(ctx, initrd.InitProgram, InitBinary(out), s.arch)
+	from, err := src.WriteProgram(ctx, programs.InitProgram, InitBinary(out), s.arch)
 	if err != nil {
 		return err
 	}

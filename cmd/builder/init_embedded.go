@@ -6,7 +6,7 @@ import (
 	"embed"
 	"io/fs"
 
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 )
 
 // The inits and native dpkg-debs `make builder` compiled (cmd/embedinit). They exist only
@@ -16,10 +16,10 @@ import (
 //go:embed embedded/init-linux-amd64 embedded/init-linux-arm64 embedded/nativedpkg-linux-amd64 embedded/nativedpkg-linux-arm64
 var embedded embed.FS
 
-func carriedInit() initrd.InitSource {
+func carriedInit() programs.InitSource {
 	sub, err := fs.Sub(embedded, "embedded")
 	if err != nil {
 		panic(err) // a constant, valid path
 	}
-	return initrd.PrebuiltInits{FS: sub, From: "carried by the builder"}
+	return programs.PrebuiltInits{FS: sub, From: "carried by the builder"}
 }

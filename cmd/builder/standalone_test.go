@@ -17,7 +17,7 @@ import (
 	"github.com/cavaliergopher/cpio"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -58,7 +58,7 @@ func TestStandaloneBuilder(t *testing.T) {
 	path := pathWithout(t, "go")
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "builder"), "build", "recipes/test.yaml", "--output", "out", "--json")
 	cmd.Dir = work
-	cmd.Env = append(envWithout("PATH", "GOROOT", initrd.SourceDirEnv), "PATH="+path)
+	cmd.Env = append(envWithout("PATH", "GOROOT", programs.SourceDirEnv), "PATH="+path)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start = time.Now()
@@ -74,7 +74,7 @@ func TestStandaloneBuilder(t *testing.T) {
 	}
 
 	want := filepath.Join(t.TempDir(), "init")
-	if err := initrd.BuildInitBinary(ctx, want, "amd64"); err != nil {
+	if err := programs.BuildInitBinary(ctx, want, "amd64"); err != nil {
 		t.Fatal(err)
 	}
 	wantInit := testutil.ReadFile(t, want)

@@ -3,7 +3,7 @@
 // DIR, plus DIR/overlay.json, which `make builder` passes to go build
 // -overlay so that cmd/builder (built with -tags osb_embed_init) embeds
 // them. They are built exactly as a builder running in the source tree
-// builds them (initrd.BuildProgram), so both give the same bytes.
+// builds them (programs.BuildProgram), so both give the same bytes.
 //
 // Run it in the source tree: go run ./cmd/embedinit DIR
 package main
@@ -15,7 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ironcore-dev/os-builder/initrd"
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
 
@@ -34,7 +34,7 @@ func main() {
 }
 
 func run(ctx context.Context, dir string) error {
-	src, err := initrd.FindSourceDir()
+	src, err := programs.FindSourceDir()
 	if err != nil {
 		return err
 	}
@@ -46,10 +46,10 @@ func run(ctx context.Context, dir string) error {
 	}
 	overlay := map[string]string{}
 	for _, arch := range recipe.Architectures {
-		for _, program := range initrd.Programs {
-			name := initrd.PrebuiltName(program, arch)
+		for _, program := range programs.Programs {
+			name := programs.PrebuiltName(program, arch)
 			out := filepath.Join(dir, name)
-			if err := initrd.BuildProgram(ctx, program, out, arch); err != nil {
+			if err := programs.BuildProgram(ctx, program, out, arch); err != nil {
 				return err
 			}
 			overlay[filepath.Join(src, embedDir, name)] = out

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
@@ -43,7 +44,7 @@ func buildInitrd(t *testing.T, rootfs, rootImage string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	initBin := filepath.Join(dir, "init")
-	if err := initrd.BuildInitBinary(ctx, initBin, "amd64"); err != nil {
+	if err := programs.BuildInitBinary(ctx, initBin, "amd64"); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "initrd.img")

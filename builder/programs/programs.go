@@ -1,4 +1,9 @@
-package initrd
+// Package programs supplies the static programs of this module that the
+// builder puts into what it builds (the initrd's init, cmd/init; the
+// foreign bootstrap's dpkg-deb, cmd/nativedpkg): carried prebuilt in the
+// builder binary, or built with the go command from a source tree or from
+// the module at the builder's own version.
+package programs
 
 import (
 	"bytes"
