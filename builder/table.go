@@ -75,17 +75,28 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 		kernel:    step.NewValue[step.Kernel]("kernel", "the kernel and its modules"),
 		noRoot:    step.NewValue[string]("initrd-noroot", "the initrd without root"),
 	}
-	arch := b.r.Base.Architecture
 	modules := dedup(append(append([]string(nil), initrd.DefaultModules...), b.r.Kernel.Modules...))
-	cacheDir := b.opts.CacheDir
-	if b.opts.NoCache {
-		cacheDir = "" // no .deb pool either
-	}
 	// The root in layers, each a cached step: the packages (bootstrap),
 	// the go/oci binaries, then what the layers add (assemble). A change
 	// above the base re-squashes only the layers above it; a stack's key
 	// is its top layer's, which chains the ones under it.
-	ns := []node{{
+	ns := []node{b.bootstrapNode(v)}
+	ns = append(ns, b.sourceNodes(v)...)
+	ns = append(ns, b.rootNodes(v, modules)...)
+	in := artifacts.Inputs{Stack: v.stack, Assembled: v.assembled, Kernel: v.kernel, NoRoot: v.noRoot}
+	for _, w := range artifacts.Writers(b.art, in, stage) {
+		ns = append(ns, node{name: w.Name, needs: w.Needs, gives: w.Gives(), jobs: 1, mem: 1024, writer: w})
+	}
+	return ns, v
+}
+
+// bootstrapNode is the base layer: the recipe's packages.
+func (b *buildRun) bootstrapNode(v *values) node {
+	cacheDir := b.opts.CacheDir
+	if b.opts.NoCache {
+		cacheDir = "" // no .deb pool either
+	}
+	return node{
 		name: "bootstrap", gives: []step.Handover{v.base, v.packages}, jobs: 1, mem: 1024,
 		step: func() (step.Step, error) {
 			return rootfs.NewBootstrap(b.r, rootfs.PackageSet(b.r), b.epoch, b.work, cacheDir, b.nativeDpkg(), b.log.Infof), nil
@@ -96,7 +107,14 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 			v.packages.Set(rootfs.PackageList(dir))
 			return err
 		},
-	}}
+	}
+}
+
+// sourceNodes are the go and oci sources, each a node of its own, and
+// the binaries layer made of what they give (none without sources).
+func (b *buildRun) sourceNodes(v *values) []node {
+	arch := b.r.Base.Architecture
+	var ns []node
 	names := map[string]int{}
 	unique := func(name string) string {
 		names[name]++
@@ -151,7 +169,14 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 			},
 		})
 	}
-	ns = append(ns, node{
+	return ns
+}
+
+// rootNodes are the init, the root's top layer (assemble), the kernel
+// and the initrd without root.
+func (b *buildRun) rootNodes(v *values, modules []string) []node {
+	arch := b.r.Base.Architecture
+	return []node{{
 		name: "init", gives: []step.Handover{v.init}, jobs: 1, mem: 512,
 		step: func() (step.Step, error) { return sources.NewInit(arch, b.opts.Init, b.log.Infof), nil },
 		done: func(_ step.Step, dir string) error { v.init.Set(sources.InitBinary(dir)); return nil },
@@ -187,12 +212,7 @@ func (b *buildRun) table(stage string) ([]node, *values) {
 			}}, nil
 		},
 		done: func(_ step.Step, dir string) error { v.noRoot.Set(rootfs.Initrd(dir)); return nil },
-	})
-	in := artifacts.Inputs{Stack: v.stack, Assembled: v.assembled, Kernel: v.kernel, NoRoot: v.noRoot}
-	for _, w := range artifacts.Writers(b.art, in, stage) {
-		ns = append(ns, node{name: w.Name, needs: w.Needs, gives: w.Gives(), jobs: 1, mem: 1024, writer: w})
-	}
-	return ns, v
+	}}
 }
 
 // stepKey is the key of a step's inputs.
