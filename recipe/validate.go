@@ -166,8 +166,17 @@ type unitCheck struct {
 func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[string]unitCheck) {
 	requireName(p, doc, "name", l.Name)
 	checkPackages(p, doc, "packages", l.Packages)
-	dir := filepath.Dir(l.Path)
+	validateFiles(r, l, doc, p)
+	validateUnits(r, l, doc, p, units)
+	validateUsers(l, doc, p)
+	validateOCI(l, doc, p)
+	validateGo(l, doc, p)
+	checkCmdline(p, doc, "cmdline", l.Cmdline)
+	validatePersist(l, doc, p)
+}
 
+func validateFiles(r *Recipe, l *Layer, doc *document, p *problems) {
+	dir := filepath.Dir(l.Path)
 	for i, f := range l.Files {
 		field := fmt.Sprintf("files[%d]", i)
 		switch {
@@ -196,7 +205,11 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 		checkOwner(p, doc, field+".owner", f.Owner)
 		checkOwner(p, doc, field+".group", f.Group)
 	}
+}
 
+// validateUnits checks each unit once per recipe (units caches them by
+// path: layers share units).
+func validateUnits(r *Recipe, l *Layer, doc *document, p *problems, units map[string]unitCheck) {
 	for i, u := range l.Units {
 		field := fmt.Sprintf("units[%d].name", i)
 		if u.Name == "" {
@@ -220,7 +233,9 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 			p.addf(doc, fmt.Sprintf("units[%d].enable", i), "unit %q cannot be enabled: its [Install] section has no WantedBy= or RequiredBy=", u.Name)
 		}
 	}
+}
 
+func validateUsers(l *Layer, doc *document, p *problems) {
 	for i, u := range l.Users {
 		field := fmt.Sprintf("users[%d]", i)
 		checkSysusersName(p, doc, field+".name", u.Name)
@@ -246,7 +261,9 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 		checkSysusersName(p, doc, field+".name", g.Name)
 		checkID(p, doc, field+".gid", g.GID)
 	}
+}
 
+func validateOCI(l *Layer, doc *document, p *problems) {
 	for i, o := range l.OCI {
 		field := fmt.Sprintf("oci[%d]", i)
 		checkImageRef(p, doc, field+".image", o.Image)
@@ -261,7 +278,9 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 			checkImagePath(p, doc, pf, o.Paths[from])
 		}
 	}
+}
 
+func validateGo(l *Layer, doc *document, p *problems) {
 	for i, g := range l.Go {
 		field := fmt.Sprintf("go[%d]", i)
 		switch {
@@ -289,7 +308,9 @@ func validateLayer(r *Recipe, l *Layer, doc *document, p *problems, units map[st
 			}
 		}
 	}
-	checkCmdline(p, doc, "cmdline", l.Cmdline)
+}
+
+func validatePersist(l *Layer, doc *document, p *problems) {
 	for i, pp := range l.Persist {
 		field := fmt.Sprintf("persist[%d]", i)
 		checkImagePath(p, doc, field, pp)
