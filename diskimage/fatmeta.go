@@ -45,140 +45,181 @@ var fatEpoch = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
 // With move, it also moves the file whose chain starts at move.first (a
 // contiguous chain with free clusters after it) up by move.by clusters.
 func normalizeFAT(f *os.File, off int64, mtime time.Time, volumeID uint32, move *chainMove) error {
-	bs := make([]byte, 512)
-	if _, err := f.ReadAt(bs, off); err != nil {
-		return fmt.Errorf("reading boot sector: %w", err)
+	v, err := openFAT32(f, off)
+	if err != nil {
+		return err
 	}
-	bytesPerSector := int64(binary.LittleEndian.Uint16(bs[bsBytesPerSector:]))
-	spc := int64(bs[bsSectorsPerClus])
-	reserved := int64(binary.LittleEndian.Uint16(bs[bsReservedSectors:]))
-	numFATs := int64(bs[bsNumFATs])
-	sectorsPerFAT := int64(binary.LittleEndian.Uint32(bs[bsSectorsPerFAT32:]))
-	rootCluster := binary.LittleEndian.Uint32(bs[bsRootCluster:])
-	backup := int64(binary.LittleEndian.Uint16(bs[bsBackupBootSector:]))
-	fsInfo := int64(binary.LittleEndian.Uint16(bs[bsFSInfoSector:]))
-	totalSectors := int64(binary.LittleEndian.Uint32(bs[bsTotalSectors32:]))
-	if bytesPerSector != 512 || spc == 0 || numFATs == 0 || sectorsPerFAT == 0 {
-		return errors.New("not a FAT32 boot sector")
-	}
-
 	var id [4]byte
 	binary.LittleEndian.PutUint32(id[:], volumeID)
-	for _, sector := range []int64{0, backup} {
-		if _, err := f.WriteAt(id[:], off+sector*bytesPerSector+bsVolumeID32); err != nil {
+	for _, sector := range []int64{0, v.backup} {
+		if _, err := f.WriteAt(id[:], off+sector*v.bytesPerSector+bsVolumeID32); err != nil {
 			return fmt.Errorf("writing volume ID: %w", err)
 		}
 	}
-
-	fatStart := off + reserved*bytesPerSector
-	fat := make([]byte, sectorsPerFAT*bytesPerSector)
-	if _, err := f.ReadAt(fat, fatStart); err != nil {
-		return fmt.Errorf("reading FAT: %w", err)
-	}
-	clusterSize := spc * bytesPerSector
-	dataStart := off + (reserved+numFATs*sectorsPerFAT)*bytesPerSector
-	dataClusters := (totalSectors - reserved - numFATs*sectorsPerFAT) / spc
-	fatChanged := false
-	chain := func(first uint32) ([]uint32, error) {
-		var cs []uint32
-		for c := first; c < fatEndOfChain; c = binary.LittleEndian.Uint32(fat[4*int64(c):]) & fatClusterMask {
-			if c < 2 || 4*int64(c) >= int64(len(fat)) || len(cs) > len(fat)/4 {
-				return nil, fmt.Errorf("broken cluster chain at %d", c)
-			}
-			cs = append(cs, c)
-		}
-		return cs, nil
-	}
-
-	date, clock := fatDateTime(mtime)
-	visited := map[uint32]bool{}
-	var walk func(first uint32, isRoot bool) error
-	walk = func(first uint32, isRoot bool) error {
-		if visited[first] {
-			return nil
-		}
-		visited[first] = true
-		clusters, err := chain(first)
-		if err != nil {
-			return err
-		}
-		dir := make([]byte, int64(len(clusters))*clusterSize)
-		for i, c := range clusters {
-			if _, err := f.ReadAt(dir[int64(i)*clusterSize:][:clusterSize], dataStart+int64(c-2)*clusterSize); err != nil {
-				return fmt.Errorf("reading directory cluster %d: %w", c, err)
-			}
-		}
-		var subdirs []uint32
-		for e := 0; e+32 <= len(dir); e += 32 {
-			ent := dir[e : e+32]
-			if ent[0] == 0x00 {
-				break
-			}
-			if ent[0] == 0xe5 || ent[11] == fatAttrLongName {
-				continue
-			}
-			ent[13] = 0 // creation time, 10 ms units
-			binary.LittleEndian.PutUint16(ent[14:], clock)
-			binary.LittleEndian.PutUint16(ent[16:], date)
-			binary.LittleEndian.PutUint16(ent[18:], date) // last access date
-			binary.LittleEndian.PutUint16(ent[22:], clock)
-			binary.LittleEndian.PutUint16(ent[24:], date)
-			name := string(ent[0:11])
-			c := uint32(binary.LittleEndian.Uint16(ent[20:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[26:]))
-			isDir := ent[11]&fatAttrDir != 0
-			size := binary.LittleEndian.Uint32(ent[28:])
-			switch {
-			case isDir && name == "..         " && !isRoot && c == rootCluster:
-				// ".." naming the root holds 0, not the root's cluster.
-				setEntryCluster(ent, 0)
-			case isDir && name != ".          " && name != "..         ":
-				subdirs = append(subdirs, c)
-			case !isDir && move != nil && c == move.first:
-				if err := move.apply(fat, chain, dataClusters); err != nil {
-					return fmt.Errorf("moving %q: %w", name, err)
-				}
-				setEntryCluster(ent, c+move.by)
-				fatChanged = true
-				move = nil
-			case !isDir && size == 0 && c != 0 && ent[11]&0x08 == 0:
-				// An empty file owns no clusters: free its chain.
-				cs, err := chain(c)
-				if err != nil {
-					return err
-				}
-				for _, fc := range cs {
-					binary.LittleEndian.PutUint32(fat[4*int64(fc):], 0)
-				}
-				setEntryCluster(ent, 0)
-				fatChanged = true
-			}
-		}
-		for i, c := range clusters {
-			if _, err := f.WriteAt(dir[int64(i)*clusterSize:][:clusterSize], dataStart+int64(c-2)*clusterSize); err != nil {
-				return fmt.Errorf("writing directory cluster %d: %w", c, err)
-			}
-		}
-		for _, c := range subdirs {
-			if err := walk(c, false); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := walk(rootCluster, true); err != nil {
+	v.date, v.clock = fatDateTime(mtime)
+	v.move = move
+	v.visited = map[uint32]bool{}
+	if err := v.walk(v.rootCluster, true); err != nil {
 		return err
 	}
-	if move != nil {
-		return fmt.Errorf("no file starts at cluster %d", move.first)
+	if v.move != nil {
+		return fmt.Errorf("no file starts at cluster %d", v.move.first)
 	}
-	if fatChanged {
-		for i := int64(0); i < numFATs; i++ {
-			if _, err := f.WriteAt(fat, fatStart+i*sectorsPerFAT*bytesPerSector); err != nil {
+	if v.fatChanged {
+		for i := int64(0); i < v.numFATs; i++ {
+			if _, err := f.WriteAt(v.fat, v.fatStart+i*v.sectorsPerFAT*v.bytesPerSector); err != nil {
 				return fmt.Errorf("writing FAT %d: %w", i, err)
 			}
 		}
 	}
-	return writeFSInfo(f, off+fsInfo*bytesPerSector, fat, dataClusters)
+	return writeFSInfo(f, off+v.fsInfo*v.bytesPerSector, v.fat, v.dataClusters)
+}
+
+// fatVolume is a FAT32 file system at an offset of a file, its FAT in memory,
+// while normalizeFAT walks its directories.
+type fatVolume struct {
+	f                                           *os.File
+	bytesPerSector, clusterSize, numFATs        int64
+	sectorsPerFAT, backup, fsInfo, dataClusters int64
+	fatStart, dataStart                         int64
+	rootCluster                                 uint32
+	fat                                         []byte
+	fatChanged                                  bool
+
+	date, clock uint16
+	move        *chainMove
+	visited     map[uint32]bool
+}
+
+// openFAT32 reads the boot sector and the first FAT.
+func openFAT32(f *os.File, off int64) (*fatVolume, error) {
+	bs := make([]byte, 512)
+	if _, err := f.ReadAt(bs, off); err != nil {
+		return nil, fmt.Errorf("reading boot sector: %w", err)
+	}
+	v := &fatVolume{f: f,
+		bytesPerSector: int64(binary.LittleEndian.Uint16(bs[bsBytesPerSector:])),
+		numFATs:        int64(bs[bsNumFATs]),
+		sectorsPerFAT:  int64(binary.LittleEndian.Uint32(bs[bsSectorsPerFAT32:])),
+		rootCluster:    binary.LittleEndian.Uint32(bs[bsRootCluster:]),
+		backup:         int64(binary.LittleEndian.Uint16(bs[bsBackupBootSector:])),
+		fsInfo:         int64(binary.LittleEndian.Uint16(bs[bsFSInfoSector:])),
+	}
+	spc := int64(bs[bsSectorsPerClus])
+	reserved := int64(binary.LittleEndian.Uint16(bs[bsReservedSectors:]))
+	totalSectors := int64(binary.LittleEndian.Uint32(bs[bsTotalSectors32:]))
+	if v.bytesPerSector != 512 || spc == 0 || v.numFATs == 0 || v.sectorsPerFAT == 0 {
+		return nil, errors.New("not a FAT32 boot sector")
+	}
+	v.fatStart = off + reserved*v.bytesPerSector
+	v.fat = make([]byte, v.sectorsPerFAT*v.bytesPerSector)
+	if _, err := f.ReadAt(v.fat, v.fatStart); err != nil {
+		return nil, fmt.Errorf("reading FAT: %w", err)
+	}
+	v.clusterSize = spc * v.bytesPerSector
+	v.dataStart = off + (reserved+v.numFATs*v.sectorsPerFAT)*v.bytesPerSector
+	v.dataClusters = (totalSectors - reserved - v.numFATs*v.sectorsPerFAT) / spc
+	return v, nil
+}
+
+// chain is the clusters of the chain that starts at first.
+func (v *fatVolume) chain(first uint32) ([]uint32, error) {
+	var cs []uint32
+	for c := first; c < fatEndOfChain; c = binary.LittleEndian.Uint32(v.fat[4*int64(c):]) & fatClusterMask {
+		if c < 2 || 4*int64(c) >= int64(len(v.fat)) || len(cs) > len(v.fat)/4 {
+			return nil, fmt.Errorf("broken cluster chain at %d", c)
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// walk normalizes the directory at cluster first and those below it.
+func (v *fatVolume) walk(first uint32, isRoot bool) error {
+	if v.visited[first] {
+		return nil
+	}
+	v.visited[first] = true
+	clusters, err := v.chain(first)
+	if err != nil {
+		return err
+	}
+	dir := make([]byte, int64(len(clusters))*v.clusterSize)
+	for i, c := range clusters {
+		if _, err := v.f.ReadAt(dir[int64(i)*v.clusterSize:][:v.clusterSize], v.dataStart+int64(c-2)*v.clusterSize); err != nil {
+			return fmt.Errorf("reading directory cluster %d: %w", c, err)
+		}
+	}
+	var subdirs []uint32
+	for e := 0; e+32 <= len(dir); e += 32 {
+		ent := dir[e : e+32]
+		if ent[0] == 0x00 {
+			break
+		}
+		if ent[0] == 0xe5 || ent[11] == fatAttrLongName {
+			continue
+		}
+		sub, isSubdir, err := v.normalizeEntry(ent, isRoot)
+		if err != nil {
+			return err
+		}
+		if isSubdir {
+			subdirs = append(subdirs, sub)
+		}
+	}
+	for i, c := range clusters {
+		if _, err := v.f.WriteAt(dir[int64(i)*v.clusterSize:][:v.clusterSize], v.dataStart+int64(c-2)*v.clusterSize); err != nil {
+			return fmt.Errorf("writing directory cluster %d: %w", c, err)
+		}
+	}
+	for _, c := range subdirs {
+		if err := v.walk(c, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// normalizeEntry sets a directory entry's times, moves or frees its chain
+// where it has to, and returns the cluster of the subdirectory it names
+// (isSubdir).
+func (v *fatVolume) normalizeEntry(ent []byte, isRoot bool) (sub uint32, isSubdir bool, err error) {
+	ent[13] = 0 // creation time, 10 ms units
+	binary.LittleEndian.PutUint16(ent[14:], v.clock)
+	binary.LittleEndian.PutUint16(ent[16:], v.date)
+	binary.LittleEndian.PutUint16(ent[18:], v.date) // last access date
+	binary.LittleEndian.PutUint16(ent[22:], v.clock)
+	binary.LittleEndian.PutUint16(ent[24:], v.date)
+	name := string(ent[0:11])
+	c := uint32(binary.LittleEndian.Uint16(ent[20:]))<<16 | uint32(binary.LittleEndian.Uint16(ent[26:]))
+	isDir := ent[11]&fatAttrDir != 0
+	size := binary.LittleEndian.Uint32(ent[28:])
+	switch {
+	case isDir && name == "..         " && !isRoot && c == v.rootCluster:
+		// ".." naming the root holds 0, not the root's cluster.
+		setEntryCluster(ent, 0)
+	case isDir && name != ".          " && name != "..         ":
+		return c, true, nil
+	case !isDir && v.move != nil && c == v.move.first:
+		if err := v.move.apply(v.fat, v.chain, v.dataClusters); err != nil {
+			return 0, false, fmt.Errorf("moving %q: %w", name, err)
+		}
+		setEntryCluster(ent, c+v.move.by)
+		v.fatChanged = true
+		v.move = nil
+	case !isDir && size == 0 && c != 0 && ent[11]&0x08 == 0:
+		// An empty file owns no clusters: free its chain.
+		cs, err := v.chain(c)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, fc := range cs {
+			binary.LittleEndian.PutUint32(v.fat[4*int64(fc):], 0)
+		}
+		setEntryCluster(ent, 0)
+		v.fatChanged = true
+	}
+	return 0, false, nil
 }
 
 // chainMove moves a file's data up by some clusters; see normalizeFAT.
