@@ -18,6 +18,7 @@ import (
 
 	bootcli "github.com/ironcore-dev/os-builder/boot/cli"
 	buildercli "github.com/ironcore-dev/os-builder/builder/cli"
+	"github.com/ironcore-dev/os-builder/builder/progress"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -250,6 +251,44 @@ func TestREADMELayout(t *testing.T) {
 		}
 		if !covered && !strings.HasSuffix(rel, "test") && !strings.Contains(rel, "testutil") && rel != "docs" && rel != "bench" {
 			t.Errorf("package %s is under no path README.md's layout names", rel)
+		}
+	}
+}
+
+// TestREADMEProgressSchema: the README's --json progress clause names
+// exactly progress.Event's JSON fields and progress.States.
+func TestREADMEProgressSchema(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(b)), " ")
+	_, clause, ok := strings.Cut(text, "with `--json` JSON lines on stderr (")
+	if !ok {
+		t.Fatal("README.md has no '--json JSON lines on stderr (' clause")
+	}
+	clause, _, _ = strings.Cut(clause, ");")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z]+)`").FindAllStringSubmatch(clause, -1) {
+		named[m[1]] = true
+	}
+	want := map[string]bool{}
+	ev := reflect.TypeOf(progress.Event{})
+	for i := range ev.NumField() {
+		name, _, _ := strings.Cut(ev.Field(i).Tag.Get("json"), ",")
+		want[name] = true
+	}
+	for _, s := range progress.States {
+		want[s] = true
+	}
+	for w := range want {
+		if !named[w] {
+			t.Errorf("README's progress clause does not name %q", w)
+		}
+	}
+	for n := range named {
+		if !want[n] {
+			t.Errorf("README's progress clause names %q, which is neither a field of progress.Event nor a state", n)
 		}
 	}
 }

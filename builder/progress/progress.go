@@ -25,7 +25,7 @@ import (
 // stderr): a step started, progressed, finished or failed, or a log line.
 type Event struct {
 	Step  string `json:"step,omitempty"`
-	State string `json:"state"` // start, progress, done, failed, log
+	State string `json:"state"` // one of States
 	// Done of Total Units (packages, bytes); Total 0: not known.
 	Done  int64  `json:"done,omitempty"`
 	Total int64  `json:"total,omitempty"`
@@ -39,6 +39,19 @@ type Event struct {
 	Error   string `json:"error,omitempty"`
 	Message string `json:"message,omitempty"`
 }
+
+// The states of an Event.
+const (
+	StateStart    = "start"
+	StateProgress = "progress"
+	StateDone     = "done"
+	StateFailed   = "failed"
+	StateLog      = "log" // a line of the build log: Message, no Step
+)
+
+// States are every state an Event has, in the order a step goes through
+// them (the README lists them).
+var States = []string{StateStart, StateProgress, StateDone, StateFailed, StateLog}
 
 // Progress output modes.
 const (
@@ -162,7 +175,7 @@ func (r *Reporter) refresh() {
 			s := r.steps[name]
 			if s.running && s.changed {
 				s.changed = false
-				r.emit(Event{Step: s.name, State: "progress", Done: s.done, Total: s.total, Unit: s.unit, Elapsed: secs(now.Sub(s.start))})
+				r.emit(Event{Step: s.name, State: StateProgress, Done: s.done, Total: s.total, Unit: s.unit, Elapsed: secs(now.Sub(s.start))})
 			}
 		}
 	}
@@ -197,7 +210,7 @@ func (r *Reporter) line(format string, args ...any) {
 
 func (r *Reporter) lineLocked(format string, args ...any) {
 	if r.mode == ModeJSON {
-		r.emit(Event{State: "log", Message: fmt.Sprintf(format, args...), Elapsed: secs(time.Since(r.begin))})
+		r.emit(Event{State: StateLog, Message: fmt.Sprintf(format, args...), Elapsed: secs(time.Since(r.begin))})
 		return
 	}
 	tty := r.mode == "tty"
@@ -257,7 +270,7 @@ func (r *Reporter) BeginStep(step string) {
 	}
 	switch r.mode {
 	case ModeJSON:
-		r.emit(Event{Step: step, State: "start"})
+		r.emit(Event{Step: step, State: StateStart})
 	case ModePlain:
 		fmt.Fprintf(r.w, "%s %s: start\n", r.stamp(), step)
 	default:
@@ -281,9 +294,9 @@ func (r *Reporter) EndStep(step string, err error, size int64) {
 		return
 	}
 	if r.mode == ModeJSON {
-		e := Event{Step: step, State: "done", Done: s.done, Total: s.total, Unit: s.unit, Elapsed: secs(s.elapsed), Cached: s.cached, Key: s.key, Size: size}
+		e := Event{Step: step, State: StateDone, Done: s.done, Total: s.total, Unit: s.unit, Elapsed: secs(s.elapsed), Cached: s.cached, Key: s.key, Size: size}
 		if err != nil {
-			e.State, e.Error = "failed", err.Error()
+			e.State, e.Error = StateFailed, err.Error()
 		}
 		r.emit(e)
 		return
