@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 const (
@@ -126,10 +128,23 @@ func Layout(sizes []int64) (header []byte, parts []Part, total int64, err error)
 
 // Write writes a stack of the image files paths (bottom first) to w and
 // returns the number of bytes written.
+// Each file is opened inside its directory (fsroot.OpenPath): a layer
+// step's output holding a link to a file elsewhere is refused.
 func Write(w io.Writer, paths []string) (int64, error) {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	var sizes []int64
 	for _, p := range paths {
-		fi, err := os.Stat(p)
+		f, err := fsroot.OpenPath(p)
+		if err != nil {
+			return 0, fmt.Errorf("root stack: %w", err)
+		}
+		files = append(files, f)
+		fi, err := f.Stat()
 		if err != nil {
 			return 0, fmt.Errorf("root stack: %w", err)
 		}
@@ -146,12 +161,7 @@ func Write(w io.Writer, paths []string) (int64, error) {
 	}
 	zeros := make([]byte, HeaderSize)
 	for i, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return written, fmt.Errorf("root stack: %w", err)
-		}
-		c, err := io.Copy(w, io.LimitReader(f, parts[i].Size))
-		f.Close()
+		c, err := io.Copy(w, io.LimitReader(files[i], parts[i].Size))
 		written += c
 		if err == nil && c != parts[i].Size {
 			err = fmt.Errorf("%s changed size while being written", p)
