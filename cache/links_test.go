@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFillRefusesEscapingLinks: a step output whose symlink leaves the
@@ -108,5 +111,41 @@ func TestLookupRefusesEscapingLink(t *testing.T) {
 	}
 	if _, err := ParseSeal(b); err == nil || !strings.Contains(err.Error(), "modules/link") {
 		t.Errorf("ParseSeal: %v, want an error naming modules/link", err)
+	}
+}
+
+// TestCheckLinksBounds: a seal from elsewhere is not the kernel's to
+// check: targets longer than PATH_MAX and chains deeper than Linux
+// follows are refused, and many links through one long link cost the sum
+// of their targets (each link is resolved once).
+func TestCheckLinksBounds(t *testing.T) {
+	link := func(p, to string) File { return File{Path: p, Mode: fs.ModeSymlink | 0o777, Link: to} }
+	chain := func(n int) []File {
+		var fs []File
+		for i := range n {
+			fs = append(fs, link(fmt.Sprintf("l%d", i), fmt.Sprintf("l%d", i+1)))
+		}
+		return fs
+	}
+	many := []File{link("long", strings.Repeat("a/", maxLinkTarget/2))}
+	for i := range 100_000 {
+		many = append(many, link(fmt.Sprintf("m%d", i), "long/.."))
+	}
+	for _, tc := range []struct {
+		name  string
+		files []File
+		ok    bool
+	}{
+		{"40 deep", chain(40), true},
+		{"41 deep", chain(41), false},
+		{"target too long", []File{link("l", strings.Repeat("a", maxLinkTarget+1))}, false},
+		{"100,000 links through a long one", many, true},
+	} {
+		start := time.Now()
+		err := checkLinks(tc.files)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		t.Logf("%s: %v", tc.name, time.Since(start))
 	}
 }
