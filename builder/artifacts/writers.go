@@ -253,7 +253,7 @@ func (s *writerSet) root() *Writer {
 		},
 		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
 			err := s.d.write(s.rootName, func(w io.Writer) error {
-				_, err := rootstack.Write(w, s.rootLayers())
+				_, err := rootstack.WriteOpened(w, s.rootLayers(), fsroot.OpenPath)
 				return err
 			})
 			if err != nil {

@@ -27,8 +27,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 const (
@@ -128,9 +126,14 @@ func Layout(sizes []int64) (header []byte, parts []Part, total int64, err error)
 
 // Write writes a stack of the image files paths (bottom first) to w and
 // returns the number of bytes written.
-// Each file is opened inside its directory (fsroot.OpenPath): a layer
-// step's output holding a link to a file elsewhere is refused.
 func Write(w io.Writer, paths []string) (int64, error) {
+	return WriteOpened(w, paths, os.Open)
+}
+
+// WriteOpened is Write with the files opened by open: the builder opens a
+// layer step's image inside the step's directory, so a link there does
+// not put a file from elsewhere into the stack.
+func WriteOpened(w io.Writer, paths []string, open func(string) (*os.File, error)) (int64, error) {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -139,7 +142,7 @@ func Write(w io.Writer, paths []string) (int64, error) {
 	}()
 	var sizes []int64
 	for _, p := range paths {
-		f, err := fsroot.OpenPath(p)
+		f, err := open(p)
 		if err != nil {
 			return 0, fmt.Errorf("root stack: %w", err)
 		}
