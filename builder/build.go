@@ -9,6 +9,7 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/sources"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/internal/keyvalue"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -484,7 +486,12 @@ func (b *buildRun) publish(arts []osimage.Artifact, v *values, keys map[string]s
 
 func (b *buildRun) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildManifest, error) {
 	assembled := v.assembled.Get()
-	osr, err := keyvalue.ReadFile(assembled.OSRelease())
+	// Read inside the assemble step's directory, as the UKI's is.
+	raw, err := fsroot.ReadPath(assembled.OSRelease(), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("os-release: %w", err)
+	}
+	osr, err := keyvalue.Parse(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("os-release: %w", err)
 	}
@@ -525,7 +532,7 @@ func (b *buildRun) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildM
 }
 
 func readPackages(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := fsroot.ReadPath(path, 64<<20) // inside the bootstrap step's directory
 	if err != nil {
 		return nil, fmt.Errorf("package list: %w", err)
 	}

@@ -306,6 +306,9 @@ func parseMeta(b []byte) (*Meta, error) {
 		}
 		seen[f.Path] = true
 	}
+	if err := checkLinks(m.Files); err != nil {
+		return nil, fmt.Errorf("%s: %w", metaFile, err)
+	}
 	return &m, nil
 }
 

@@ -131,6 +131,9 @@ func sealKnown(dir string, known map[string]File) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkLinks(files); err != nil {
+		return nil, err
+	}
 	for _, d := range dirs {
 		if err := syncDir(d); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,10 +179,18 @@ func FuzzParseMeta(f *testing.F) {
 	f.Add([]byte(`{"files":[{"path":"a"},{"path":"a"}]}`))
 	f.Add([]byte(`{"files":[{"path":"/etc/passwd","size":-1}]}`))
 	f.Add([]byte(`not json`))
+	f.Add([]byte(`{"files":[{"path":"d","mode":2147484141},{"path":"d/up","mode":134218239,"link":".."},{"path":"x","mode":134218239,"link":"d/up/d/a"}]}`))
+	f.Add([]byte(`{"files":[{"path":"l","mode":134218239,"link":"d/../../k"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := parseMeta(b)
 		if err != nil {
 			return
+		}
+		for _, fl := range m.Files {
+			top := !strings.Contains(fl.Path, "/")
+			if fl.Mode&fs.ModeSymlink != 0 && (fl.Link == "" || filepath.IsAbs(fl.Link) || top && (fl.Link == ".." || strings.HasPrefix(fl.Link, "../"))) {
+				t.Fatalf("accepted link %s -> %q", fl.Path, fl.Link)
+			}
 		}
 		seen := map[string]bool{}
 		for _, fl := range m.Files {

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // Archive collects the entries of a newc cpio archive. Entries are kept by
@@ -132,14 +134,19 @@ func (a *Archive) AddFile(p string, perm fs.FileMode, data []byte) error {
 // AddHostFile adds a regular file whose contents are read from hostPath when
 // the archive is written, so large files (the root image) are streamed, not
 // held in memory. A host file already added under another name becomes a
-// hardlink to it.
+// hardlink to it. hostPath's last component is resolved inside its
+// directory, now and when written (fsroot.OpenPath): a build step's output
+// holding a link to a file elsewhere (a signing key) does not put that
+// file into the initrd.
 func (a *Archive) AddHostFile(p string, perm fs.FileMode, hostPath string) error {
-	fi, err := os.Stat(hostPath)
+	f, err := fsroot.OpenPath(hostPath)
 	if err != nil {
 		return fmt.Errorf("initrd: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("initrd: %s is not a regular file", hostPath)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("initrd: %w", err)
 	}
 	return a.addHostRegular(p, perm, hostPath, fi)
 }

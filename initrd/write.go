@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // Compression is how the cpio archive is compressed.
@@ -218,7 +219,9 @@ func writeFileData(w io.Writer, e *entry) error {
 		_, err := w.Write(e.data)
 		return err
 	}
-	f, err := os.Open(e.hostPath)
+	// Inside its directory, as it was added: a link put there since is
+	// not followed out of it.
+	f, err := fsroot.OpenPath(e.hostPath)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/ironcore-dev/os-builder/internal/filehash"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
@@ -86,7 +87,8 @@ func (d *artifactDir) writeFile(name string, fill func(f *os.File) (string, erro
 func (d *artifactDir) concat(name string, srcs ...string) error {
 	return d.write(name, func(w io.Writer) error {
 		for _, src := range srcs {
-			f, err := os.Open(src)
+			// Inside its directory: srcs are step outputs (fsroot).
+			f, err := fsroot.OpenPath(src)
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,15 @@ import (
 	"github.com/ironcore-dev/os-builder/diskimage"
 	"github.com/ironcore-dev/os-builder/initrd"
 	"github.com/ironcore-dev/os-builder/initrd/layout"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/uki"
+)
+
+// Bounds on the step outputs a UKI is made of, read whole.
+const (
+	maxStubSize      = 16 << 20
+	maxKernelSize    = 256 << 20
+	maxOSReleaseSize = 1 << 20
 )
 
 // images writes the UKIs and the disk from the kernel and assemble steps'
@@ -26,16 +34,19 @@ type images struct {
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and
 // a command line.
 func (a images) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error {
-	stub, err := os.ReadFile(a.assembled().Stub())
+	// Every file is opened inside the directory of the step that made it
+	// (fsroot): a link there cannot put a file from elsewhere (the
+	// signing key) into a signed UKI.
+	stub, err := fsroot.ReadPath(a.assembled().Stub(), maxStubSize)
 	if err != nil {
 		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
 	}
-	kernel, err := os.ReadFile(a.kernel().Image())
+	kernel, err := fsroot.ReadPath(a.kernel().Image(), maxKernelSize)
 	if err != nil {
 		return err
 	}
 	// Streamed, not read whole: the live initrd carries the root image.
-	initrd, err := os.Open(initrdPath)
+	initrd, err := fsroot.OpenPath(initrdPath)
 	if err != nil {
 		return err
 	}
@@ -44,7 +55,7 @@ func (a images) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error
 	if err != nil {
 		return err
 	}
-	osr, err := os.ReadFile(a.assembled().OSRelease())
+	osr, err := fsroot.ReadPath(a.assembled().OSRelease(), maxOSReleaseSize)
 	if err != nil {
 		return err
 	}
@@ -120,7 +131,7 @@ func writeLiveInitrd(w io.Writer, stack step.Stack, noRoot string, epoch int64) 
 			return err
 		}
 	}
-	f, err := os.Open(noRoot)
+	f, err := fsroot.OpenPath(noRoot)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ironcore-dev/os-builder/builder/step"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -54,7 +55,13 @@ func GoPrograms(bins []step.Binary, initBin string) ([]osimage.GoProgram, error)
 }
 
 func goProgramOf(src, dest string) (osimage.GoProgram, error) {
-	bi, err := buildinfo.ReadFile(src)
+	// Inside the step's directory, like every step output the writers read.
+	f, err := fsroot.OpenPath(src)
+	if err != nil {
+		return osimage.GoProgram{}, fmt.Errorf("go program %s: %w", dest, err)
+	}
+	defer f.Close()
+	bi, err := buildinfo.Read(f)
 	if err != nil {
 		return osimage.GoProgram{}, fmt.Errorf("go program %s: build info: %w", dest, err)
 	}

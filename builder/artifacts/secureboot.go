@@ -3,9 +3,9 @@ package artifacts
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"os"
 
 	"github.com/ironcore-dev/os-builder/builder/step"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/uki"
 )
@@ -28,7 +28,7 @@ func SecureBoot(cfg Config, a step.Assembled, arts []osimage.Artifact) *osimage.
 		return &osimage.SecureBoot{Signed: false}
 	}
 	fp := sha256.Sum256(cfg.Cert.Raw)
-	stub, _ := os.ReadFile(a.Stub())
+	stub, _ := fsroot.ReadPath(a.Stub(), maxStubSize)
 	return &osimage.SecureBoot{
 		Signed:            true,
 		Certificate:       cfg.Cert.Subject.String(),

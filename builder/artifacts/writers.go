@@ -25,6 +25,7 @@ import (
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/diskimage"
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/isoimage"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
@@ -252,7 +253,7 @@ func (s *writerSet) root() *Writer {
 		},
 		Write: func(ctx context.Context) ([]osimage.Artifact, error) {
 			err := s.d.write(s.rootName, func(w io.Writer) error {
-				_, err := rootstack.Write(w, s.rootLayers())
+				_, err := rootstack.WriteOpened(w, s.rootLayers(), fsroot.OpenPath)
 				return err
 			})
 			if err != nil {
@@ -364,11 +365,15 @@ func (s *writerSet) stub() *Writer {
 // UKI writer does (uki.Options.Machine): a reader would assemble a UKI
 // its firmware cannot start.
 func checkStub(path, arch string) error {
-	f, err := pe.Open(path)
+	r, err := fsroot.OpenPath(path)
 	if err != nil {
 		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
 	}
-	defer f.Close()
+	defer r.Close()
+	f, err := pe.NewFile(r)
+	if err != nil {
+		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
+	}
 	if want := uki.MachineFor(arch); want != 0 && f.Machine != want {
 		return fmt.Errorf("%s is built for PE machine %#x, %s takes %#x", path, f.Machine, arch, want)
 	}
@@ -496,8 +501,10 @@ func Sort(arts []osimage.Artifact) {
 	})
 }
 
+// fileSize is a step output's size, for progress: a symlink's own (the
+// writers do not follow one out of its step's directory).
 func fileSize(p string) int64 {
-	fi, err := os.Stat(p)
+	fi, err := os.Lstat(p)
 	if err != nil {
 		return 0
 	}

@@ -118,7 +118,7 @@ func (s *assembleStep) populate(ctx context.Context, root *fsroot.Root) error {
 // installBinaries puts the oci and go steps' files at their destinations.
 func installBinaries(root *fsroot.Root, bins []step.Binary) error {
 	for _, b := range bins {
-		if err := copyIn(root, b.Src, b.Dest, 0o755); err != nil {
+		if err := copyStepFileIn(root, b.Src, b.Dest, 0o755); err != nil {
 			return fmt.Errorf("install %s from %s: %w", b.Dest, b.Step, err)
 		}
 	}

@@ -55,7 +55,17 @@ func writeHostFile(in io.Reader, dst string, mode os.FileMode) error {
 // copyIn copies the host file src to name in the tree (creating parents),
 // replacing what name was, a symlink included, in one rename.
 func copyIn(root *fsroot.Root, src, name string, mode os.FileMode) error {
-	in, err := os.Open(src)
+	return copyInFrom(root, os.Open, src, name, mode)
+}
+
+// copyStepFileIn is copyIn of a file of a step's output, opened inside its
+// directory (a link there does not put a host file into the image).
+func copyStepFileIn(root *fsroot.Root, src, name string, mode os.FileMode) error {
+	return copyInFrom(root, fsroot.OpenPath, src, name, mode)
+}
+
+func copyInFrom(root *fsroot.Root, open func(string) (*os.File, error), src, name string, mode os.FileMode) error {
+	in, err := open(src)
 	if err != nil {
 		return err
 	}

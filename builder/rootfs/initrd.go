@@ -3,7 +3,6 @@ package rootfs
 import (
 	"context"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -115,7 +114,7 @@ func (s *initrdStep) Run(ctx context.Context, out string) error {
 	if err != nil {
 		return err
 	}
-	list, err := os.ReadFile(filepath.Join(s.assembled, step.InitrdList))
+	list, err := fsroot.ReadFileIn(s.assembled, step.InitrdList, 16<<20)
 	if err != nil {
 		return err
 	}

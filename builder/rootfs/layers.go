@@ -188,6 +188,15 @@ func mountLayered(ctx context.Context, imgs []string, work string) (*layeredTree
 			t.unmount()
 			return nil, err
 		}
+		// mount follows links: a layer step's image must be its own
+		// regular file, not a link to a file or device elsewhere.
+		if fi, err := os.Lstat(img); err != nil || !fi.Mode().IsRegular() {
+			t.unmount()
+			if err == nil {
+				err = fmt.Errorf("%s: not a regular file (%s)", img, fi.Mode().Type())
+			}
+			return nil, fmt.Errorf("mount layer: %w", err)
+		}
 		if err := command.Run(ctx, "mount", "-t", "squashfs", "-o", "loop,ro,nodev,nosuid", img, m); err != nil {
 			t.unmount()
 			return nil, fmt.Errorf("mount layer %s (the builder needs root for loop devices and overlayfs): %w", img, err)

@@ -270,3 +270,21 @@ func TestLayeredTreeNoDevNoSuid(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerImageLink: a layer step's image that is a symlink (a cache entry
+// pointing at an image or a device elsewhere) is refused before mount,
+// which would follow it.
+func TestLayerImageLink(t *testing.T) {
+	work := t.TempDir()
+	elsewhere := filepath.Join(t.TempDir(), "other.squashfs")
+	buildertest.Must(t, os.WriteFile(elsewhere, []byte("hsqs, not ours"), 0o644))
+	img := filepath.Join(work, "layer.squashfs")
+	buildertest.Must(t, os.Symlink(elsewhere, img))
+	err := inPrivateMounts(func() error {
+		_, err := mountLayered(context.Background(), []string{img}, work)
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("mountLayered of a linked image: %v, want it refused as not a regular file", err)
+	}
+}

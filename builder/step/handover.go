@@ -1,9 +1,10 @@
 package step
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
 
 // Binary is one file produced by an oci or go step, bound for Dest in the
@@ -83,9 +84,10 @@ func (k Kernel) Image() string { return filepath.Join(k.Dir, KernelImage) }
 // Modules is the tree of the initrd's modules.
 func (k Kernel) Modules() string { return filepath.Join(k.Dir, ModulesDir) }
 
-// Release reads the kernel's release (uname -r).
+// Release reads the kernel's release (uname -r), inside the kernel step's
+// directory (fsroot: a link there does not read a file elsewhere).
 func (k Kernel) Release() (string, error) {
-	b, err := os.ReadFile(filepath.Join(k.Dir, KernelRelease))
+	b, err := fsroot.ReadFileIn(k.Dir, KernelRelease, 4<<10)
 	return strings.TrimSpace(string(b)), err
 }
 

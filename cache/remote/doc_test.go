@@ -43,12 +43,12 @@ func TestLayoutDoc(t *testing.T) {
 			t.Errorf("docs/build-graph.md does not name annotation %s", a)
 		}
 	}
-	for _, limit := range []string{"8 MiB", "16 MiB", "16 GiB"} {
+	for _, limit := range []string{"8 MiB", "16 MiB", "16 GiB", "20,000 files", "32 GiB", "`$" + MaxEntryFilesEnv + "`", "`$" + MaxEntryBytesEnv + "`"} {
 		if !strings.Contains(section, limit) {
 			t.Errorf("docs/build-graph.md does not state the bound %s", limit)
 		}
 	}
-	if maxManifestSize != 8<<20 || maxSealSize != 16<<20 || maxFileSize != 16<<30 {
+	if maxManifestSize != 8<<20 || maxSealSize != 16<<20 || maxFileSize != 16<<30 || DefaultMaxEntryFiles != 20_000 || DefaultMaxEntryBytes != 32<<30 {
 		t.Errorf("the bounds changed: update docs/build-graph.md and this test")
 	}
 }

@@ -103,10 +103,13 @@ func entryManifest(m *cache.Meta, seal []byte, recipe string, pushed time.Time) 
 }
 
 // checkManifest checks a fetched manifest against the layout and the
-// seal it names; it returns the seal's regular files in layer order.
+// seal it names (and the seal's content, checkContent); it returns the seal's regular files in layer order.
 func checkManifest(man *v1.Manifest, seal *cache.Meta, key string) ([]cache.File, error) {
 	if seal.Key != key {
 		return nil, fmt.Errorf("seal: key %s, tagged %s", seal.Key, key)
+	}
+	if err := checkContent(seal); err != nil {
+		return nil, err
 	}
 	var files []cache.File
 	for i, f := range seal.Files {

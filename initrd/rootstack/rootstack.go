@@ -127,9 +127,27 @@ func Layout(sizes []int64) (header []byte, parts []Part, total int64, err error)
 // Write writes a stack of the image files paths (bottom first) to w and
 // returns the number of bytes written.
 func Write(w io.Writer, paths []string) (int64, error) {
+	return WriteOpened(w, paths, os.Open)
+}
+
+// WriteOpened is Write with the files opened by open: the builder opens a
+// layer step's image inside the step's directory, so a link there does
+// not put a file from elsewhere into the stack.
+func WriteOpened(w io.Writer, paths []string, open func(string) (*os.File, error)) (int64, error) {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	var sizes []int64
 	for _, p := range paths {
-		fi, err := os.Stat(p)
+		f, err := open(p)
+		if err != nil {
+			return 0, fmt.Errorf("root stack: %w", err)
+		}
+		files = append(files, f)
+		fi, err := f.Stat()
 		if err != nil {
 			return 0, fmt.Errorf("root stack: %w", err)
 		}
@@ -146,12 +164,7 @@ func Write(w io.Writer, paths []string) (int64, error) {
 	}
 	zeros := make([]byte, HeaderSize)
 	for i, p := range paths {
-		f, err := os.Open(p)
-		if err != nil {
-			return written, fmt.Errorf("root stack: %w", err)
-		}
-		c, err := io.Copy(w, io.LimitReader(f, parts[i].Size))
-		f.Close()
+		c, err := io.Copy(w, io.LimitReader(files[i], parts[i].Size))
 		written += c
 		if err == nil && c != parts[i].Size {
 			err = fmt.Errorf("%s changed size while being written", p)

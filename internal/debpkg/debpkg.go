@@ -35,8 +35,12 @@ const (
 	arMagic      = "!<arch>\n"
 	arHeaderSize = 60
 	// maxControl bounds a control archive, uncompressed: dpkg's own
-	// control files are kilobytes.
+	// control files are kilobytes. Names count: a PAX name can be a MiB.
 	maxControl = 64 << 20
+	// maxControlFiles bounds its entries: a package has a dozen control
+	// files, and an empty one costs nothing against maxControl but is
+	// kept, then written, all the same (TestControlBounds).
+	maxControlFiles = 1024
 )
 
 // member is one ar member: its name and its bytes.
@@ -205,7 +209,8 @@ type controlFile struct {
 }
 
 // readControl reads the control archive: flat regular files under "./"
-// (anything else is ErrUnsupported), at most maxControl bytes in all.
+// (anything else is ErrUnsupported), at most maxControlFiles of them and
+// maxControl bytes in all, names included.
 func readControl(deb string) (files []controlFile, top *tar.Header, err error) {
 	f, err := os.Open(deb)
 	if err != nil {
@@ -239,7 +244,10 @@ func readControl(deb string) (files []controlFile, top *tar.Header, err error) {
 		case h.Typeflag != tar.TypeReg || name == "" || name == "." || name == ".." || strings.Contains(name, "/"):
 			return nil, nil, fmt.Errorf("%s: %s: entry %q: %w", deb, m.name, h.Name, ErrUnsupported)
 		}
-		total += h.Size
+		if len(files) == maxControlFiles {
+			return nil, nil, fmt.Errorf("%s: %s: more than %d entries", deb, m.name, maxControlFiles)
+		}
+		total += h.Size + int64(len(h.Name))
 		if h.Size < 0 || total > maxControl {
 			return nil, nil, fmt.Errorf("%s: %s: more than %d bytes", deb, m.name, maxControl)
 		}
