@@ -21,16 +21,6 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-// bootMarkers are what every boot of the test recipe must print: our init,
-// the layer's unit with its file and user, and systemd's multi-user target.
-var bootMarkers = []string{
-	"osb-init: root ready",
-	"os-builder: hello from layer",
-	"hello.txt from layer test-hello",
-	"uid=",
-	testutil.MultiUser,
-}
-
 func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 	t.Helper()
 	buildertest.RequireTools(t, cfg.Binary())
@@ -49,7 +39,7 @@ func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 		t.Fatal(err)
 	}
 	t.Cleanup(vm.Stop)
-	for _, want := range append(extra, bootMarkers...) {
+	for _, want := range append(extra, testutil.TestImageMarkers...) {
 		if _, err := vm.WaitFor(ctx, want); err != nil {
 			t.Fatalf("waiting for %q: %v", want, err)
 		}
@@ -234,7 +224,7 @@ func TestBootDiskPersistRequired(t *testing.T) {
 	if _, err := vm.WaitFor(ctx, "the image requires persistence (osb.persist.required=1)"); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(vm.Console(), "osb-init: root ready") {
+	if strings.Contains(vm.Console(), testutil.RootReady) {
 		t.Errorf("the init went on to switch root:\n%s", vm.Tail(40))
 	}
 }

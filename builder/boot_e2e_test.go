@@ -41,13 +41,7 @@ func TestBootLiveKernelInitrd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vm.Stop()
-	for _, want := range []string{
-		"osb-init:",                       // our init ran
-		"os-builder: hello from layer",    // the layer's enabled unit ran
-		"hello.txt from layer test-hello", // the layer's file is in place
-		"uid=",                            // id osb-test: the user exists
-		testutil.MultiUser,                // systemd got to multi-user
-	} {
+	for _, want := range testutil.TestImageMarkers {
 		if _, err := vm.WaitFor(ctx, want); err != nil {
 			t.Fatalf("waiting for %q: %v\n%s", want, err, vm.Tail(60))
 		}

@@ -21,10 +21,6 @@ import (
 	"github.com/ironcore-dev/os-builder/publish"
 )
 
-// v2BootMarkers: the test image's init took its root and systemd reached
-// multi-user.target.
-var v2BootMarkers = []string{"osb-init: root ready", testutil.MultiUser}
-
 // TestV2KindsBoot pushes the test image (make test-image) to a real
 // registry (v1 and V2, as builder push does) and boots each IronCore Image V2 kind as the IEP reader
 // (osimagetest.ReadV2) finds it there, under OVMF (q35, TCG): the EFI
@@ -160,7 +156,7 @@ func bootV2(t *testing.T, cfg qemu.Config, extra ...string) {
 		t.Fatal(err)
 	}
 	defer vm.Stop()
-	for _, want := range append(extra, v2BootMarkers...) {
+	for _, want := range append(extra, testutil.TestImageMarkers...) {
 		if _, err := vm.WaitFor(ctx, want); err != nil {
 			t.Fatalf("waiting for %q: %v\n%s", want, err, vm.Tail(40))
 		}

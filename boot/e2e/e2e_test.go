@@ -30,8 +30,6 @@ import (
 	"github.com/ironcore-dev/os-builder/redfishemu/qemutier"
 )
 
-// bootMarkers are what every boot of the test recipe prints.
-var bootMarkers = []string{"osb-init: root ready", "os-builder: hello from layer", testutil.MultiUser}
 
 // env is what all boots share: the pushed image and the artifact server.
 type env struct {
@@ -180,7 +178,7 @@ func expectConsole(t *testing.T, ctx context.Context, m *qemutier.Machine, n int
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range append(want, bootMarkers...) {
+	for _, w := range append(want, testutil.TestImageMarkers...) {
 		if _, err := b.VM.WaitFor(ctx, w); err != nil {
 			t.Fatalf("boot %d (%s): %v", n, b.Event.Target, err)
 		}

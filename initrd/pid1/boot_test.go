@@ -83,7 +83,7 @@ func TestBootMemoryMode(t *testing.T) {
 		NoReboot:  true,
 		SerialLog: filepath.Join(t.TempDir(), "serial.log"),
 	})
-	if _, err := vm.WaitFor(ctx, "osb-init: root ready"); err != nil {
+	if _, err := vm.WaitFor(ctx, testutil.RootReady); err != nil {
 		t.Fatal(err)
 	}
 	initDone := time.Since(start)

@@ -305,7 +305,7 @@ func (f *fixture) bootDisk(t *testing.T, disk string, want ...string) string {
 	defer cancel()
 	start := time.Now()
 	vm := qemutest.StartT(t, ctx, qemu.Config{UEFI: true, Disks: []string{disk}, MemoryMB: vmMemoryMB})
-	for _, w := range append([]string{"root=partlabel:osb-root", "osb-init: root ready"}, append(want, probeDone)...) {
+	for _, w := range append([]string{"root=partlabel:osb-root", testutil.RootReady}, append(want, probeDone)...) {
 		if _, err := vm.WaitFor(ctx, w); err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +346,7 @@ func TestMemoryModeFromURL(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, f.rootSHA), "", nil)
-		for _, w := range []string{"osb-init: network: eth", "verified", "osb-init: root ready", "osb-probe: boots=1", testutil.MultiUser} {
+		for _, w := range []string{"osb-init: network: eth", "verified", testutil.RootReady, "osb-probe: boots=1", testutil.MultiUser} {
 			if _, err := vm.WaitFor(ctx, w); err != nil {
 				t.Fatal(err)
 			}
@@ -358,7 +358,7 @@ func TestMemoryModeFromURL(t *testing.T) {
 		defer cancel()
 		wrong := strings.Repeat("0", 64)
 		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, wrong), "",
-			[]string{"Kernel panic", "osb-init: root ready"})
+			[]string{"Kernel panic", testutil.RootReady})
 		if _, err := vm.WaitFor(ctx, "osb-init: FATAL"); err != nil {
 			t.Fatal(err)
 		}

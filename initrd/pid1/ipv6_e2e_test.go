@@ -31,7 +31,7 @@ func TestIPv6OnlyProvisioning(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		vm := f.directBootIPv6(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url6, f.rootSHA), "", nil)
-		for _, w := range []string{"by SLAAC: address fec0::", "fetch: " + f.url6, "verified", "osb-init: root ready", "osb-probe: boots=1", testutil.MultiUser} {
+		for _, w := range []string{"by SLAAC: address fec0::", "fetch: " + f.url6, "verified", testutil.RootReady, "osb-probe: boots=1", testutil.MultiUser} {
 			if _, err := vm.WaitFor(ctx, w); err != nil {
 				t.Fatal(err)
 			}

@@ -38,3 +38,19 @@ func Output(t testing.TB, env string) string {
 // printing status once a getty runs on the serial console, which on a
 // slow boot comes first.
 const MultiUser = "osb-boot-report: reached multi-user.target"
+
+// RootReady is the init's console line once the root is mounted, before
+// it hands over to systemd.
+const RootReady = "osb-init: root ready"
+
+// TestImageMarkers are what every boot of the test image (recipes/test.yaml)
+// prints, in any order: our init took its root, the test-hello layer's
+// enabled unit ran, its file is in place, its user exists (id osb-test),
+// and systemd reached multi-user.target.
+var TestImageMarkers = []string{
+	RootReady,
+	"os-builder: hello from layer",
+	"hello.txt from layer test-hello",
+	"uid=",
+	MultiUser,
+}
