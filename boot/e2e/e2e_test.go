@@ -30,7 +30,6 @@ import (
 	"github.com/ironcore-dev/os-builder/redfishemu/qemutier"
 )
 
-
 // env is what all boots share: the pushed image and the artifact server.
 type env struct {
 	out      string
