@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
@@ -476,14 +477,11 @@ func installerBoot(base *url.URL, id *osimage.BootIdentity, in *Install) ([]Publ
 	var payload PublishedArtifact
 	if in.Mode == osimage.InstallDisk {
 		payload = publish(base, id, osimage.KindDisk)
-		args = append(args, "osb.mode=install", "osb.install.image="+payload.URL,
-			"osb.install.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"), "osb.install.target="+in.Target)
-		if in.Wipe {
-			args = append(args, "osb.install.wipe=1")
-		}
+		args = append(args, cmdline.Cmdline{Mode: cmdline.ModeInstall, InstallImage: payload.URL,
+			InstallSHA256: strings.TrimPrefix(payload.Digest, "sha256:"), InstallTarget: in.Target, InstallWipe: in.Wipe}.String())
 	} else {
 		payload = publish(base, id, osimage.KindRootfs)
-		args = append(args, "osb.mode=memory", "osb.root="+payload.URL, "osb.root.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"))
+		args = append(args, cmdline.Cmdline{Mode: cmdline.ModeMemory, Root: payload.URL, RootSHA256: strings.TrimPrefix(payload.Digest, "sha256:")}.String())
 	}
 	args = append(args, "BOOTIF=01-${netX/mac:hexhyp}")
 	return []PublishedArtifact{kernel, initrd, payload}, IPXEScript(base, kernel, initrd, strings.Join(args, " "))

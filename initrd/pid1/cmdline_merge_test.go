@@ -1,6 +1,8 @@
 package pid1
 
 import (
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
+
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,8 +41,8 @@ func TestMergeCmdline(t *testing.T) {
 			}
 			// The merge keeps what SplitCmdline reads: the image's kept
 			// words, then the loader's.
-			if want := append(append([]string(nil), tc.wantImage...), SplitCmdline(tc.loader)...); !reflect.DeepEqual(SplitCmdline(got), want) && len(want) > 0 {
-				t.Errorf("SplitCmdline(merged) = %q, want %q", SplitCmdline(got), want)
+			if want := append(append([]string(nil), tc.wantImage...), cmdline.Split(tc.loader)...); !reflect.DeepEqual(cmdline.Split(got), want) && len(want) > 0 {
+				t.Errorf("cmdline.Split(merged) = %q, want %q", cmdline.Split(got), want)
 			}
 		})
 	}

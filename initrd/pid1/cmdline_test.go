@@ -1,6 +1,8 @@
 package pid1
 
 import (
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
+
 	"reflect"
 	"strings"
 	"testing"
@@ -25,8 +27,8 @@ func TestSplitCmdline(t *testing.T) {
 		{`a="unterminated b`, []string{"a=unterminated b"}},
 		{`e=""`, []string{"e="}},
 	} {
-		if got := SplitCmdline(tc.in); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("SplitCmdline(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := cmdline.Split(tc.in); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("cmdline.Split(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -158,7 +160,7 @@ func FuzzParseCmdline(f *testing.F) {
 		if c.Fatal.Delay < 0 || c.Fatal.Delay > maxFatalDelay || (!c.Fatal.Reboot && c.Fatal.Delay != 0) {
 			t.Fatalf("osb.fatal %+v from %q", c.Fatal, s)
 		}
-		parts := SplitCmdline(s)
+		parts := cmdline.Split(s)
 		for _, p := range parts {
 			if p == "--" && !strings.Contains(s, `"`) {
 				t.Fatalf("unquoted -- returned from %q", s)
