@@ -50,7 +50,11 @@ func TestSplit(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"a b  c", []string{"a", "b", "c"}},
+		{"  a  b\tc\n", []string{"a", "b", "c"}},
+		{`x="a b" y`, []string{"x=a b", "y"}},
+		{`"quoted all"`, []string{"quoted all"}},
+		{`a="unterminated b`, []string{"a=unterminated b"}},
+		{`e=""`, []string{"e="}},
 		{`a "b c" d`, []string{"a", "b c", "d"}},
 		{`osb.persist="/a b"`, []string{"osb.persist=/a b"}},
 		{"a -- osb.debug", []string{"a"}},

@@ -39,7 +39,7 @@ func TestMergeCmdline(t *testing.T) {
 			if got != tc.want || !reflect.DeepEqual(image, tc.wantImage) {
 				t.Errorf("MergeCmdline(%q, %q) = %q, %q; want %q, %q", tc.own, tc.loader, got, image, tc.want, tc.wantImage)
 			}
-			// The merge keeps what SplitCmdline reads: the image's kept
+			// The merge keeps what cmdline.Split reads: the image's kept
 			// words, then the loader's.
 			if want := append(append([]string(nil), tc.wantImage...), cmdline.Split(tc.loader)...); !reflect.DeepEqual(cmdline.Split(got), want) && len(want) > 0 {
 				t.Errorf("cmdline.Split(merged) = %q, want %q", cmdline.Split(got), want)

@@ -13,26 +13,6 @@ import (
 
 const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-func TestSplitCmdline(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-	}{
-		{"", nil},
-		{"  a  b\tc\n", []string{"a", "b", "c"}},
-		{`x="a b" y`, []string{"x=a b", "y"}},
-		{`"quoted all"`, []string{"quoted all"}},
-		{`a -- b c`, []string{"a"}},
-		{`a "--" b`, []string{"a", "--", "b"}},
-		{`a="unterminated b`, []string{"a=unterminated b"}},
-		{`e=""`, []string{"e="}},
-	} {
-		if got := cmdline.Split(tc.in); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("cmdline.Split(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 func TestParseCmdline(t *testing.T) {
 	defaults := Config{Mode: ModeMemory, Overlay: "tmpfs", Data: disk.DeviceRef{Kind: disk.ByPartLabel, Value: "osb-data"}}
 	with := func(f func(*Config)) Config { c := defaults; f(&c); return c }
