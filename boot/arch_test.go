@@ -1,7 +1,6 @@
 package boot
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -156,14 +155,14 @@ func TestSessionPicksArchitecture(t *testing.T) {
 			req := tc.req
 			req.Image, req.ArtifactBaseURL = testImage, "http://10.0.0.5:8080"
 			bs := builds(t, tc.archs...)
-			s := &Session{Request: req, ReadImage: func(context.Context, string) ([]*osimage.BootIdentity, error) { return bs, nil }}
-			connected := false
+			s := &Session{Request: req, Images: KnownBuilds(bs)}
+			dialer := &sessionDialer{bmc: bmc}
 			if tc.connect {
-				s.Connect = func(context.Context) (BMC, func(), error) { connected = true; return bmc, nil, nil }
+				s.Dialer = dialer
 			}
 			p, err := s.Plan(t.Context())
-			if tc.wantCall != (len(bmc.calls) > 0) || !tc.wantCall && connected {
-				t.Errorf("BMC calls %v (connected %t), want the BMC asked: %t", bmc.calls, connected, tc.wantCall)
+			if tc.wantCall != (len(bmc.calls) > 0) || !tc.wantCall && dialer.dials > 0 {
+				t.Errorf("BMC calls %v (dials %d), want the BMC asked: %t", bmc.calls, dialer.dials, tc.wantCall)
 			}
 			if tc.err != "" {
 				if !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), tc.err) {

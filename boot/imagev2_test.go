@@ -1,7 +1,6 @@
 package boot
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -29,16 +28,11 @@ func TestSessionSaysV2Preferred(t *testing.T) {
 	var logs []string
 	pub := &sessionPublisher{}
 	s := &Session{
-		Request: Request{Image: testImage},
-		ReadImage: func(context.Context, string) ([]*osimage.BootIdentity, error) {
-			return []*osimage.BootIdentity{id}, nil
-		},
-		ArtifactBaseURL: func() (string, error) { return "http://10.0.0.5:8080", nil },
-		Connect: func(context.Context) (BMC, func(), error) {
-			return &sessionBMC{caps: Capabilities{ContinuousSupported: true, VirtualMediaCD: true, InstructionSet: "x86-64"}}, nil, nil
-		},
-		Serve: func(_ context.Context, _ *Plan, d *Driver) error { d.Publisher = pub; return nil },
-		Logf:  func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
+		Request:   Request{Image: testImage},
+		Images:    KnownBuilds{id},
+		Artifacts: sessionArtifacts{serve: func(_ *Plan, d *Driver) error { d.Publisher = pub; return nil }},
+		Dialer:    OpenedBMC{&sessionBMC{caps: Capabilities{ContinuousSupported: true, VirtualMediaCD: true, InstructionSet: "x86-64"}}},
+		Logf:      func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
 	}
 	res, err := s.Boot(t.Context(), &State{})
 	if err != nil {

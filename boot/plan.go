@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
@@ -309,21 +310,15 @@ func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	if id == nil {
 		return nil, fmt.Errorf("%w: no image identity", ErrPlan)
 	}
-	policy := req.Policy
-	if policy == "" {
-		policy = NetworkBootOnce
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
-	if !slices.Contains([]Policy{NetworkBootOnce, NetworkBootAlways, None}, policy) {
-		return nil, fmt.Errorf("%w: unknown policy %q (want NetworkBootOnce, NetworkBootAlways or None)", ErrPlan, policy)
-	}
-	inst, err := resolveInstall(id, req.Install, policy)
+	policy := req.policy()
+	inst, err := resolveInstall(id, req.install())
 	if err != nil {
 		return nil, err
 	}
-	method := req.Method
-	if method == MethodAuto {
-		method = ""
-	}
+	method := req.forced()
 	if method == "" && inst != nil {
 		method = osimage.BootPXE
 	}
@@ -333,24 +328,19 @@ func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	if method == "" {
 		return nil, fmt.Errorf("%w: image declares no boot method", ErrPlan)
 	}
-	if inst != nil {
-		if method != osimage.BootPXE {
-			return nil, fmt.Errorf("%w: install mode %s boots via pxe only (got method %s): %s", ErrPlan, inst, method, fixedCmdline(method))
-		}
-	} else if method == osimage.BootDisk {
+	if inst == nil && method == osimage.BootDisk {
 		// Disk boot boots what is installed: it needs nothing from the
 		// image but its consent.
 		if !slices.Contains(id.Methods, osimage.BootDisk) {
 			return nil, fmt.Errorf("%w: image does not declare disk boot (declares %v)", ErrPlan, id.Methods)
 		}
-	} else if err := id.Supports(method); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPlan, err)
+	} else if inst == nil {
+		if err := id.Supports(method); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPlan, err)
+		}
 	}
 	p := &Plan{Image: req.Image, Method: method, Policy: policy, Install: inst}
 	if policy == None {
-		if inst != nil {
-			return nil, fmt.Errorf("%w: install mode %s needs a network boot of the driver's making; policy None sets no boot override", ErrPlan, inst)
-		}
 		// No override, no media, no artifacts: whatever the server boots.
 		p.Steps = []Step{{Kind: StepPower}, {Kind: StepWaitEvidence}}
 		return p, nil
@@ -361,14 +351,9 @@ func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 		if req.ArtifactBaseURL == "" {
 			return nil, fmt.Errorf("%w: method %s needs an artifact server URL", ErrPlan, method)
 		}
-		var err error
-		base, err = url.Parse(strings.TrimSuffix(req.ArtifactBaseURL, "/"))
-		if err != nil {
-			// Most often an IPv6 literal without brackets.
-			return nil, fmt.Errorf("%w: artifact server URL %q: %w (IPv6 literals go in brackets: http://[fd00::1]:8080)", ErrPlan, req.ArtifactBaseURL, err)
-		}
-		if (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-			return nil, fmt.Errorf("%w: artifact server URL %q is not an http(s) URL", ErrPlan, req.ArtifactBaseURL)
+		// Validate checked it.
+		if base, err = artifactBase(req.ArtifactBaseURL); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrRequest, err)
 		}
 	}
 	once := &Override{Enabled: EnabledOnce, Mode: "UEFI"}
@@ -430,35 +415,16 @@ func (in *Install) String() string {
 	return "memory"
 }
 
-// resolveInstall checks the install request against the image and the
-// policy; nil means the default (memory, root inside the initrd).
-func resolveInstall(id *osimage.BootIdentity, in Install, policy Policy) (*Install, error) {
-	if in.Mode == "" {
-		in.Mode = osimage.InstallMemory
+// resolveInstall checks a non-default install mode (Request.install,
+// validated) against the image; nil stays nil, the default (memory, root
+// inside the initrd).
+func resolveInstall(id *osimage.BootIdentity, in *Install) (*Install, error) {
+	if in == nil {
+		return nil, nil
 	}
-	var need []osimage.ArtifactKind
-	switch in.Mode {
-	case osimage.InstallMemory:
-		if in.Target != "" || in.Wipe {
-			return nil, fmt.Errorf("%w: install target and wipe apply to install mode disk only", ErrPlan)
-		}
-		if !in.RootURL {
-			return nil, nil
-		}
-		need = []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrdNoRoot, osimage.KindRootfs}
-	case osimage.InstallDisk:
-		if in.RootURL {
-			return nil, fmt.Errorf("%w: root by URL applies to install mode memory only", ErrPlan)
-		}
-		if in.Target == "" {
-			return nil, fmt.Errorf("%w: install mode disk needs a target disk selector (by-id:, serial:, path:, size:); the installer never picks a disk itself", ErrPlan)
-		}
-		if strings.ContainsFunc(in.Target, func(r rune) bool { return r <= ' ' || r == '"' || r == '\'' || r == 0x7f }) {
-			return nil, fmt.Errorf("%w: install target %q must be one kernel command line word (no spaces, quotes or control characters)", ErrPlan, in.Target)
-		}
+	need := []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrdNoRoot, osimage.KindRootfs}
+	if in.Mode == osimage.InstallDisk {
 		need = []osimage.ArtifactKind{osimage.KindKernel, osimage.KindInitrdNoRoot, osimage.KindDisk}
-	default:
-		return nil, fmt.Errorf("%w: unknown install mode %q (want memory or disk)", ErrPlan, in.Mode)
 	}
 	if len(id.InstallModes) > 0 && !slices.Contains(id.InstallModes, in.Mode) {
 		return nil, fmt.Errorf("%w: image does not offer install mode %s (offers %v)", ErrPlan, in.Mode, id.InstallModes)
@@ -474,10 +440,10 @@ func resolveInstall(id *osimage.BootIdentity, in Install, policy Policy) (*Insta
 		for _, k := range id.Kinds() {
 			have = append(have, string(k))
 		}
-		return nil, fmt.Errorf("%w: install mode %s needs %s in the image, missing %s: it has %s", ErrPlan, &in,
+		return nil, fmt.Errorf("%w: install mode %s needs %s in the image, missing %s: it has %s", ErrPlan, in,
 			joinKinds(need), strings.Join(missing, ", "), strings.Join(have, ", "))
 	}
-	return &in, nil
+	return in, nil
 }
 
 func joinKinds(ks []osimage.ArtifactKind) string {
@@ -511,14 +477,11 @@ func installerBoot(base *url.URL, id *osimage.BootIdentity, in *Install) ([]Publ
 	var payload PublishedArtifact
 	if in.Mode == osimage.InstallDisk {
 		payload = publish(base, id, osimage.KindDisk)
-		args = append(args, "osb.mode=install", "osb.install.image="+payload.URL,
-			"osb.install.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"), "osb.install.target="+in.Target)
-		if in.Wipe {
-			args = append(args, "osb.install.wipe=1")
-		}
+		args = append(args, cmdline.Cmdline{Mode: cmdline.ModeInstall, InstallImage: payload.URL,
+			InstallSHA256: strings.TrimPrefix(payload.Digest, "sha256:"), InstallTarget: in.Target, InstallWipe: in.Wipe}.String())
 	} else {
 		payload = publish(base, id, osimage.KindRootfs)
-		args = append(args, "osb.mode=memory", "osb.root="+payload.URL, "osb.root.sha256="+strings.TrimPrefix(payload.Digest, "sha256:"))
+		args = append(args, cmdline.Cmdline{Mode: cmdline.ModeMemory, Root: payload.URL, RootSHA256: strings.TrimPrefix(payload.Digest, "sha256:")}.String())
 	}
 	args = append(args, "BOOTIF=01-${netX/mac:hexhyp}")
 	return []PublishedArtifact{kernel, initrd, payload}, IPXEScript(base, kernel, initrd, strings.Join(args, " "))

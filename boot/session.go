@@ -17,35 +17,26 @@ import (
 )
 
 // Session is one boot of one server, in the order every caller needs it:
-// read the image's boot identity, plan from the image alone (a mismatch
-// costs no BMC call), connect, plan with the BMC's capabilities (before any
-// artifact is fetched), serve the artifacts, run the plan. serverboot and
-// the metal-operator integration only fill in its fields.
+// check the request (no I/O: a wrong request costs no registry or BMC
+// request), read the image's boot identity, plan from the image alone (a
+// mismatch costs no BMC call), connect, plan with the BMC's capabilities
+// (before any artifact is fetched), serve the artifacts, run the plan.
+// serverboot and the metal-operator integration only fill in its fields.
 type Session struct {
 	// Request is what to boot; Request.Image names the image.
 	Request Request
-	// ReadImage reads the image's builds: one boot identity per
-	// architecture (an index's linux platforms, first manifest per
-	// architecture, in the index's order; a single manifest is one build).
-	// nil: ReadIdentity, else the registry (RegistryImage).
-	ReadImage func(ctx context.Context, image string) ([]*osimage.BootIdentity, error)
-	// ReadIdentity reads an image of one build (used where ReadImage is
-	// nil).
-	ReadIdentity func(ctx context.Context, image string) (*osimage.BootIdentity, error)
-	// ArtifactBaseURL, if set, supplies Request.ArtifactBaseURL once the
-	// image is known. Its error fails the session only where the boot may
-	// go over the network: a disk boot needs no artifact server.
-	ArtifactBaseURL func() (string, error)
-	// Connect opens the BMC and returns how to close it. Without it Plan
-	// plans from the image alone; Boot needs it.
-	Connect func(ctx context.Context) (BMC, func(), error)
-	// Serve, if set, starts serving a plan's artifacts before the BMC is
-	// driven (a port in use fails here, not in the firmware) and sets d's
-	// Publisher and Evidence. It is called only for plans that publish.
-	Serve func(ctx context.Context, p *Plan, d *Driver) error
-	// Driver runs the plan. Boot runs a copy (Serve sets the copy's
-	// Publisher), so one Driver serves any number of sessions; nil is the
-	// zero Driver.
+	// Images reads the image's builds; nil is Registry{}.
+	Images ImageSource
+	// Dialer opens the BMC. Without it Plan plans from the image alone;
+	// Boot needs it.
+	Dialer BMCDialer
+	// Artifacts, if set, serves the plan's artifacts for this boot and
+	// supplies Request.ArtifactBaseURL; nil: the request's URL as it is,
+	// served by the Driver's Publisher.
+	Artifacts ArtifactServer
+	// Driver runs the plan. Boot runs a copy (Artifacts.Serve sets the
+	// copy's Publisher), so one Driver serves any number of sessions; nil
+	// is the zero Driver.
 	Driver *Driver
 	// Logf, if set, gets the method choice, the plan's notes and the BMC
 	// calls that change something (LoggingBMC).
@@ -55,6 +46,66 @@ type Session struct {
 	// The metal-operator integration plans None that way (its saved states
 	// carry those plans' digests); serverboot checks under every policy.
 	SkipCapabilitiesForNone bool
+}
+
+// ImageSource reads an image's builds: one boot identity per architecture
+// (an index's linux platforms, first manifest per architecture, in the
+// index's order; a single manifest is one build).
+type ImageSource interface {
+	Builds(ctx context.Context, image string) ([]*osimage.BootIdentity, error)
+}
+
+// Registry is the default ImageSource: the image's registry
+// (RegistryImage). The zero value parses references as name does and uses
+// the default keychain.
+type Registry struct {
+	// Name parses the image reference (name.Insecure: plain HTTP).
+	Name []name.Option
+	// Remote comes after the default keychain.
+	Remote []remote.Option
+}
+
+// Builds reads the builds of the image named image; a reference that does
+// not parse is ErrRequest, found before any request.
+func (r Registry) Builds(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
+	ref, err := name.ParseReference(image, r.Name...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: image %q: %w", ErrRequest, image, err)
+	}
+	return RegistryImage(ctx, ref, r.Remote...)
+}
+
+// KnownBuilds is an ImageSource of builds read already, whatever the image
+// is called: a caller that read the image itself, or tests.
+type KnownBuilds []*osimage.BootIdentity
+
+func (b KnownBuilds) Builds(context.Context, string) ([]*osimage.BootIdentity, error) {
+	return b, nil
+}
+
+// BMCDialer opens the BMC of the server to boot. The returned func closes
+// it (nil: nothing to close).
+type BMCDialer interface {
+	DialBMC(ctx context.Context) (BMC, func(), error)
+}
+
+// OpenedBMC is a BMCDialer of a BMC the caller opened already (and
+// closes).
+type OpenedBMC struct{ BMC BMC }
+
+func (o OpenedBMC) DialBMC(context.Context) (BMC, func(), error) { return o.BMC, nil, nil }
+
+// ArtifactServer serves one boot's artifacts.
+type ArtifactServer interface {
+	// BaseURL is the base URL the machine reaches the server at
+	// (Request.ArtifactBaseURL). It is called before any I/O of the
+	// session; its error fails the session only where the boot may go
+	// over the network: a disk boot needs no artifact server.
+	BaseURL() (string, error)
+	// Serve starts serving the plan's artifacts before the BMC is driven
+	// (a port in use fails here, not in the firmware) and sets d's
+	// Publisher and Evidence. It is called only for plans that publish.
+	Serve(ctx context.Context, p *Plan, d *Driver) error
 }
 
 // Result is what Boot did.
@@ -81,11 +132,11 @@ func (e bmcFailure) Unwrap() error        { return e.error }
 func (e bmcFailure) Is(target error) bool { return target == ErrBMC }
 
 // Plan plans the boot without changing anything: from the image alone, or,
-// with Connect set, with what the BMC offers (read-only calls). It is the
+// with a Dialer, with what the BMC offers (read-only calls). It is the
 // plan Boot would run.
 func (s *Session) Plan(ctx context.Context) (*Plan, error) {
 	r, p, err := s.resolve(ctx)
-	if err != nil || s.Connect == nil {
+	if err != nil || s.Dialer == nil {
 		return p, err
 	}
 	bmc, closeBMC, err := s.connect(ctx)
@@ -97,12 +148,12 @@ func (s *Session) Plan(ctx context.Context) (*Plan, error) {
 }
 
 // Boot boots the server: it plans as Plan does, serves the plan's
-// artifacts (Serve) and runs the plan from where st says it stopped. st is
+// artifacts (Artifacts.Serve) and runs the plan from where st says it stopped. st is
 // updated in place, also when Boot fails; the caller persists it (or sets
 // Driver.Persist).
 func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
-	if s.Connect == nil {
-		return Result{}, errors.New("boot session: no Connect: Boot needs a BMC")
+	if s.Dialer == nil {
+		return Result{}, fmt.Errorf("%w: no BMC: Boot needs a Dialer", ErrRequest)
 	}
 	if st == nil {
 		st = &State{}
@@ -139,8 +190,8 @@ func (s *Session) Boot(ctx context.Context, st *State) (Result, error) {
 	if s.Driver != nil {
 		d = *s.Driver
 	}
-	if s.Serve != nil && p.publishes() {
-		if err := s.Serve(ctx, p, &d); err != nil {
+	if s.Artifacts != nil && p.publishes() {
+		if err := s.Artifacts.Serve(ctx, p, &d); err != nil {
 			return Result{}, err
 		}
 	}
@@ -163,28 +214,39 @@ type resolved struct {
 	arch   ServerArch
 }
 
-// resolve reads the image and plans from it alone: every image-side
-// mismatch surfaces here, before any BMC call. Where the caller names the
-// server's architecture, or there is no BMC to ask, the build is picked
-// here too (an image without it is refused before connecting); else every
-// build must plan, and planFor picks by what the BMC reports. The plan is
-// the picked build's (nil when the BMC is still to say).
+// resolve checks the request, reads the image and plans from it alone:
+// every request-side mistake surfaces before any I/O, every image-side
+// mismatch before any BMC call. Where the caller names the server's
+// architecture, or there is no BMC to ask, the build is picked here too
+// (an image without it is refused before connecting); else every build
+// must plan, and planFor picks by what the BMC reports. The plan is the
+// picked build's (nil when the BMC is still to say).
 func (s *Session) resolve(ctx context.Context) (*resolved, *Plan, error) {
 	r := &resolved{req: s.Request}
-	var err error
-	if r.builds, err = s.readImage(ctx, r.req.Image); err != nil {
+	var baseErr error
+	if s.Artifacts != nil && r.req.policy() != None && r.req.Method != osimage.BootDisk {
+		// Auto on a disk-default image may still pick a network method on
+		// a BMC without Hdd: then the URL is needed, if there is one.
+		r.req.ArtifactBaseURL, baseErr = s.Artifacts.BaseURL()
+	}
+	if err := r.req.Validate(); err != nil {
 		return nil, nil, err
 	}
-	if s.ArtifactBaseURL != nil && r.req.Policy != None && r.req.Method != osimage.BootDisk {
-		base, err := s.ArtifactBaseURL()
-		if err != nil && slices.ContainsFunc(r.builds, func(id *osimage.BootIdentity) bool { return mayNetworkBoot(id, r.req) }) {
-			return nil, nil, err
-		}
-		// Auto on a disk-default image may still pick a network method on a
-		// BMC without Hdd: then the URL is needed, if there is one.
-		r.req.ArtifactBaseURL = base
+	if baseErr != nil && r.req.networkBoot() {
+		return nil, nil, baseErr
 	}
-	if r.req.Architecture != "" || s.Connect == nil || len(r.builds) == 1 && r.builds[0].Architecture == "" {
+	images := s.Images
+	if images == nil {
+		images = Registry{}
+	}
+	var err error
+	if r.builds, err = images.Builds(ctx, r.req.Image); err != nil {
+		return nil, nil, err
+	}
+	if baseErr != nil && slices.ContainsFunc(r.builds, func(id *osimage.BootIdentity) bool { return mayNetworkBoot(id, r.req) }) {
+		return nil, nil, baseErr
+	}
+	if r.req.Architecture != "" || s.Dialer == nil || len(r.builds) == 1 && r.builds[0].Architecture == "" {
 		server := ServerArch{Arch: r.req.Architecture, From: cmp.Or(r.req.ArchitectureFrom, "the caller")}
 		if r.req.Architecture == "" {
 			server.From = "no BMC asked"
@@ -213,22 +275,6 @@ func (s *Session) resolve(ctx context.Context) (*resolved, *Plan, error) {
 // plan records the architecture in a plan.
 func (a ServerArch) plan(p *Plan) {
 	p.Architecture, p.ArchitectureFrom = a.Arch, a.From
-}
-
-// readImage reads the image's builds with ReadImage, ReadIdentity or the
-// registry.
-func (s *Session) readImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
-	switch {
-	case s.ReadImage != nil:
-		return s.ReadImage(ctx, image)
-	case s.ReadIdentity != nil:
-		id, err := s.ReadIdentity(ctx, image)
-		if err != nil {
-			return nil, err
-		}
-		return []*osimage.BootIdentity{id}, nil
-	}
-	return registryImage(ctx, image)
 }
 
 // mayNetworkBoot says whether a request (policy other than None, method
@@ -274,7 +320,7 @@ func (s *Session) planFor(ctx context.Context, bmc BMC, r *resolved) (*Plan, err
 }
 
 func (s *Session) connect(ctx context.Context) (BMC, func(), error) {
-	bmc, closeBMC, err := s.Connect(ctx)
+	bmc, closeBMC, err := s.Dialer.DialBMC(ctx)
 	if err != nil {
 		return nil, nil, bmcFailure{err}
 	}
@@ -292,14 +338,6 @@ func (p *Plan) publishes() bool {
 		}
 	}
 	return false
-}
-
-func registryImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
-	ref, err := name.ParseReference(image)
-	if err != nil {
-		return nil, fmt.Errorf("%w: image %q: %w", ErrPlan, image, err)
-	}
-	return RegistryImage(ctx, ref)
 }
 
 // maxIndexManifests bounds the manifests of an image index read: a real

@@ -53,6 +53,43 @@ func (p *sessionPublisher) Publish(_ context.Context, a []PublishedArtifact, _ [
 	return nil
 }
 
+// sessionDialer opens a test BMC, or fails; it counts the dials.
+type sessionDialer struct {
+	bmc    BMC
+	err    error
+	closed bool
+	dials  int
+}
+
+func (d *sessionDialer) DialBMC(context.Context) (BMC, func(), error) {
+	d.dials++
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	return d.bmc, func() { d.closed = true }, nil
+}
+
+// sessionArtifacts is an ArtifactServer: a base URL or its error, and a
+// serve hook.
+type sessionArtifacts struct {
+	baseErr error
+	serve   func(p *Plan, d *Driver) error
+}
+
+func (a sessionArtifacts) BaseURL() (string, error) {
+	if a.baseErr != nil {
+		return "", a.baseErr
+	}
+	return "http://10.0.0.5:8080", nil
+}
+
+func (a sessionArtifacts) Serve(_ context.Context, p *Plan, d *Driver) error {
+	if a.serve == nil {
+		return nil
+	}
+	return a.serve(p, d)
+}
+
 // TestSessionBoot: the session's order (image before BMC, capabilities
 // before serving, serving before driving) and how each hook's outcome
 // shows in the result and the error.
@@ -123,29 +160,16 @@ func TestSessionBoot(t *testing.T) {
 			served := false
 			s := &Session{
 				Request: tc.req,
-				ReadIdentity: func(context.Context, string) (*osimage.BootIdentity, error) {
-					return tc.id, nil
-				},
-				ArtifactBaseURL: func() (string, error) {
-					if tc.baseErr != nil {
-						return "", tc.baseErr
-					}
-					return "http://10.0.0.5:8080", nil
-				},
-				Connect: func(context.Context) (BMC, func(), error) {
-					if tc.connectErr != nil {
-						return nil, nil, tc.connectErr
-					}
-					return bmc, nil, nil
-				},
-				Serve: func(_ context.Context, p *Plan, d *Driver) error {
+				Images:  KnownBuilds{tc.id},
+				Artifacts: sessionArtifacts{baseErr: tc.baseErr, serve: func(p *Plan, d *Driver) error {
 					served = true
 					if tc.serveErr != nil {
 						return tc.serveErr
 					}
 					d.Publisher = pub
 					return nil
-				},
+				}},
+				Dialer:                  &sessionDialer{bmc: bmc, err: tc.connectErr},
 				Driver:                  template,
 				Logf:                    func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) },
 				SkipCapabilitiesForNone: tc.skipNone,
@@ -206,9 +230,9 @@ func TestSessionSkipsFinishedBoot(t *testing.T) {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			bmc := &sessionBMC{caps: Capabilities{ContinuousSupported: true}}
 			s := &Session{
-				Request:      Request{Policy: tc.policy, ArtifactBaseURL: "http://10.0.0.5:8080"},
-				ReadIdentity: func(context.Context, string) (*osimage.BootIdentity, error) { return id, nil },
-				Connect:      func(context.Context) (BMC, func(), error) { return bmc, nil, nil },
+				Request: Request{Policy: tc.policy, ArtifactBaseURL: "http://10.0.0.5:8080"},
+				Images:  KnownBuilds{id},
+				Dialer:  OpenedBMC{bmc},
 			}
 			st := &State{}
 			if res, err := s.Boot(context.Background(), st); err != nil || res.Skipped {
@@ -226,29 +250,78 @@ func TestSessionSkipsFinishedBoot(t *testing.T) {
 	}
 }
 
-// TestSessionPlan: without Connect the plan is the image's alone; with it,
+// TestSessionPlan: without a Dialer the plan is the image's alone; with it,
 // the BMC's capabilities choose, and nothing on the BMC changes.
 func TestSessionPlan(t *testing.T) {
 	id := fullIdentity(t)
 	bmc := &sessionBMC{caps: Capabilities{AllowedTargets: []string{TargetPxe}, ContinuousSupported: true}}
-	closed := false
 	s := &Session{
-		Request:      Request{ArtifactBaseURL: "http://10.0.0.5:8080"},
-		ReadIdentity: func(context.Context, string) (*osimage.BootIdentity, error) { return id, nil },
+		Request: Request{ArtifactBaseURL: "http://10.0.0.5:8080"},
+		Images:  KnownBuilds{id},
 	}
 	p, err := s.Plan(context.Background())
 	if err != nil || p.Method != osimage.BootUEFIHTTP || p.Choice != "" {
 		t.Fatalf("image-only plan: %+v, %v; want the image's default, no choice", p, err)
 	}
-	s.Connect = func(context.Context) (BMC, func(), error) { return bmc, func() { closed = true }, nil }
+	dialer := &sessionDialer{bmc: bmc}
+	s.Dialer = dialer
 	p, err = s.Plan(context.Background())
 	if err != nil || p.Method != osimage.BootPXE {
 		t.Fatalf("BMC plan: %+v, %v; want pxe", p, err)
 	}
-	if !slices.Equal(bmc.calls, []string{"capabilities"}) || !closed {
-		t.Errorf("BMC calls %q, closed %t; want capabilities only, then closed", bmc.calls, closed)
+	if !slices.Equal(bmc.calls, []string{"capabilities"}) || !dialer.closed {
+		t.Errorf("BMC calls %q, closed %t; want capabilities only, then closed", bmc.calls, dialer.closed)
 	}
-	if _, err := (&Session{ReadIdentity: s.ReadIdentity}).Boot(context.Background(), &State{}); err == nil {
-		t.Error("Boot without Connect succeeded")
+	if _, err := (&Session{Images: s.Images}).Boot(context.Background(), &State{}); !errors.Is(err, ErrRequest) {
+		t.Errorf("Boot without a Dialer: %v, want ErrRequest", err)
+	}
+}
+
+// countingImages counts the reads of an image.
+type countingImages struct {
+	KnownBuilds
+	reads int
+}
+
+func (c *countingImages) Builds(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
+	c.reads++
+	return c.KnownBuilds.Builds(ctx, image)
+}
+
+// TestSessionValidatesFirst: a request wrong on its own is ErrRequest
+// (also ErrPlan) from Plan and Boot before the image is read or the BMC
+// dialled; so is a forced network boot without an artifact server URL.
+func TestSessionValidatesFirst(t *testing.T) {
+	noURL := errors.New("no artifact URL")
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		baseErr error
+		want    error
+	}{
+		{"unknown policy", Request{Policy: "Once"}, nil, ErrRequest},
+		{"unknown method", Request{Method: "floppy"}, nil, ErrRequest},
+		{"unknown install mode", Request{Install: Install{Mode: "tape"}}, nil, ErrRequest},
+		{"disk install without target", Request{Install: Install{Mode: osimage.InstallDisk}}, nil, ErrRequest},
+		{"wipe in memory mode", Request{Install: Install{Wipe: true}}, nil, ErrRequest},
+		{"install over virtual media", Request{Install: Install{Mode: osimage.InstallDisk, Target: "serial:x"}, Method: osimage.BootVirtualMedia}, nil, ErrRequest},
+		{"unknown architecture", Request{Architecture: "aarch64"}, nil, ErrRequest},
+		{"forced pxe without artifact URL", Request{Method: osimage.BootPXE}, noURL, noURL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			images := &countingImages{KnownBuilds: KnownBuilds{fullIdentity(t)}}
+			dialer := &sessionDialer{bmc: &sessionBMC{}}
+			s := &Session{Request: tc.req, Images: images, Dialer: dialer, Artifacts: sessionArtifacts{baseErr: tc.baseErr}}
+			_, planErr := s.Plan(t.Context())
+			_, bootErr := s.Boot(t.Context(), &State{})
+			for _, err := range []error{planErr, bootErr} {
+				if !errors.Is(err, tc.want) || tc.want == ErrRequest && !errors.Is(err, ErrPlan) {
+					t.Errorf("err = %v, want %v (and ErrPlan)", err, tc.want)
+				}
+			}
+			if images.reads != 0 || dialer.dials != 0 {
+				t.Errorf("%d image reads, %d BMC dials before the request was refused", images.reads, dialer.dials)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
 )
@@ -130,11 +131,12 @@ func availableMiB() int {
 // cmdline is the recipe's command line plus what the init must know.
 func (b *buildRun) cmdline() string {
 	words := strings.Fields(b.r.Cmdline())
+	osb := cmdline.Cmdline{PersistRequired: b.r.PersistRequired}
 	if p := b.r.Persist(); len(p) > 0 {
-		words = append(words, "osb.persist="+strings.Join(p, ","))
+		osb.Persist = p
 	}
-	if b.r.PersistRequired {
-		words = append(words, "osb.persist.required=1")
+	if w := osb.String(); w != "" {
+		words = append(words, w)
 	}
 	return strings.Join(words, " ")
 }

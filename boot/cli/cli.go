@@ -147,7 +147,7 @@ func classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, boot.ErrInvalidState):
+	case errors.Is(err, boot.ErrInvalidState), errors.Is(err, boot.ErrRequest):
 		return exitcode.UsageError(err)
 	case errors.Is(err, boot.ErrPlan), errors.Is(err, boot.ErrCapability):
 		return exitcode.MismatchError(err)
@@ -218,8 +218,9 @@ func (o *options) advertiseURL() (string, error) {
 }
 
 // session is the boot session the image flags describe; plan and boot add
-// the BMC. The image reference is also the artifact server's source.
-func (o *options) session() (*boot.Session, name.Reference, error) {
+// the BMC. Flags that are wrong on their own fail here or in the session's
+// own check, before any registry or BMC request.
+func (o *options) session() (*boot.Session, *artifactServer, error) {
 	if err := o.need("image"); err != nil {
 		return nil, nil, err
 	}
@@ -236,24 +237,57 @@ func (o *options) session() (*boot.Session, name.Reference, error) {
 	if err != nil {
 		return nil, nil, exitcode.UsageError(fmt.Errorf("--image: %w", err))
 	}
+	arts := &artifactServer{o: o, ref: ref}
 	return &boot.Session{
 		Request: boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
 			Install:      boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL},
 			Architecture: o.arch, ArchitectureFrom: "--arch"},
-		// The parsed ref, not Request.Image: it keeps --insecure-registry.
-		ReadImage: func(ctx context.Context, _ string) ([]*osimage.BootIdentity, error) {
-			return boot.RegistryImage(ctx, ref)
-		},
-		ArtifactBaseURL: func() (string, error) {
-			base, err := o.advertiseURL()
-			if err != nil {
-				return "", err
-			}
-			// This boot's URLs carry its token: only a client that got
-			// them from the plan counts as the machine (FetchEvidence).
-			return artifacts.BootURL(base, o.cacheDir, o.bmc+"\x00"+ref.String())
-		},
-	}, ref, nil
+		// Parsed as above: it keeps --insecure-registry.
+		Images:    boot.Registry{Name: nopts},
+		Artifacts: arts,
+	}, arts, nil
+}
+
+// artifactServer serves one boot's artifacts on --artifact-listen, at
+// --artifact-advertise; it outlives the command's context by
+// --serve-after-boot (the kernel, initrd and root image are fetched after
+// the boot file).
+type artifactServer struct {
+	o   *options
+	ref name.Reference
+	// ctx bounds the serving; served gets its end (nil until Serve).
+	ctx    context.Context
+	served chan error
+}
+
+// BaseURL carries this boot's token: only a client that got the URLs from
+// the plan counts as the machine (FetchEvidence).
+func (a *artifactServer) BaseURL() (string, error) {
+	base, err := a.o.advertiseURL()
+	if err != nil {
+		return "", err
+	}
+	return artifacts.BootURL(base, a.o.cacheDir, a.o.bmc+"\x00"+a.ref.String())
+}
+
+func (a *artifactServer) Serve(_ context.Context, _ *boot.Plan, d *boot.Driver) error {
+	base, _ := a.o.advertiseURL() // the plan publishes, so the session had one
+	srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: a.ref.Context(),
+		Options: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}}, a.o.cacheDir, base)
+	if err != nil {
+		return err
+	}
+	srv.Logf = a.o.logf
+	d.Publisher, d.Evidence = srv, srv.FetchEvidence()
+	// Bound before the BMC is driven: a port in use fails here, and the
+	// firmware never asks an address nobody listens on.
+	ln, err := net.Listen("tcp", a.o.listen)
+	if err != nil {
+		return fmt.Errorf("artifact server: %w", err)
+	}
+	a.served = make(chan error, 1)
+	go func() { a.served <- srv.Serve(a.ctx, ln) }()
+	return nil
 }
 
 func (o *options) plan(ctx context.Context) error {
@@ -263,7 +297,9 @@ func (o *options) plan(ctx context.Context) error {
 	}
 	if o.bmc != "" {
 		// With a BMC the plan is the one boot would run: read-only calls.
-		s.Connect = o.connectBMC
+		if s.Dialer, err = o.dialer(); err != nil {
+			return err
+		}
 	}
 	p, err := s.Plan(ctx)
 	if err != nil {
@@ -275,9 +311,11 @@ func (o *options) plan(ctx context.Context) error {
 	return p.WriteText(o.stdout)
 }
 
-func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
+// dialer is the BMC the flags name, with its credentials and auth: all
+// checked here, before any request.
+func (o *options) dialer() (redfishDialer, error) {
 	if err := o.need("bmc"); err != nil {
-		return nil, err
+		return redfishDialer{}, err
 	}
 	var creds redfish.Credentials
 	var err error
@@ -287,38 +325,50 @@ func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
 		creds, err = redfish.CredentialsFromEnv()
 	}
 	if err != nil {
-		return nil, exitcode.UsageError(err)
+		return redfishDialer{}, exitcode.UsageError(err)
 	}
 	auth, err := redfish.ParseAuth(o.auth)
 	if err != nil {
-		return nil, exitcode.UsageError(fmt.Errorf("--auth: %w", err))
+		return redfishDialer{}, exitcode.UsageError(fmt.Errorf("--auth: %w", err))
 	}
 	if o.basicAuth {
 		auth = redfish.AuthBasic
 	}
-	c, err := redfish.Connect(ctx, redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth, Logf: o.logf})
+	return redfishDialer{redfish.Dialer{Config: redfish.Config{Endpoint: o.bmc, Credentials: creds, InsecureSkipVerify: o.insecureSkipVerify, Auth: auth, Logf: o.logf}}}, nil
+}
+
+// redfishDialer is redfish.Dialer whose failures are the BMC's
+// (bmcError).
+type redfishDialer struct{ redfish.Dialer }
+
+func (d redfishDialer) connect(ctx context.Context) (*redfish.Client, error) {
+	c, err := redfish.Connect(ctx, d.Config)
 	return c, bmcError(err)
 }
 
-// connectBMC is connect as the session's Connect.
-func (o *options) connectBMC(ctx context.Context) (boot.BMC, func(), error) {
-	c, err := o.connect(ctx)
+func (d redfishDialer) DialBMC(ctx context.Context) (boot.BMC, func(), error) {
+	bmc, closeBMC, err := d.Dialer.DialBMC(ctx)
+	return bmc, closeBMC, bmcError(err)
+}
+
+// connect opens the BMC of status and eject.
+func (o *options) connect(ctx context.Context) (*redfish.Client, error) {
+	d, err := o.dialer()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return c, func() { _ = c.Close() }, nil
+	return d.connect(ctx)
 }
 
 func (o *options) logf(format string, args ...any) { fmt.Fprintf(o.stderr, format+"\n", args...) }
 
 func (o *options) boot(ctx context.Context) error {
-	s, ref, err := o.session()
+	s, arts, err := o.session()
 	if err != nil {
 		return err
 	}
-	// Flags and state are checked before the session reads the image.
-	if _, err := redfish.ParseAuth(o.auth); err != nil {
-		return exitcode.UsageError(fmt.Errorf("--auth: %w", err))
+	if s.Dialer, err = o.dialer(); err != nil {
+		return err
 	}
 	st := &boot.State{}
 	d := &boot.Driver{EvidenceTimeout: o.evidenceTimeout}
@@ -328,31 +378,10 @@ func (o *options) boot(ctx context.Context) error {
 		}
 		d.Persist = func(s *boot.State) error { return boot.SaveState(o.stateFile, s) }
 	}
-	s.Connect, s.Driver, s.Logf = o.connectBMC, d, o.logf
-	// The artifact server outlives ctx by --serve-after-boot: the kernel,
-	// initrd and root image are fetched after the boot file.
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	s.Driver, s.Logf = d, o.logf
+	var stopServing context.CancelFunc
+	arts.ctx, stopServing = context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
-	var served chan error
-	s.Serve = func(_ context.Context, _ *boot.Plan, d *boot.Driver) error {
-		base, _ := o.advertiseURL() // the plan publishes, so the session had one
-		srv, err := artifacts.NewServer(artifacts.RegistrySource{Repo: ref.Context(),
-			Options: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}}, o.cacheDir, base)
-		if err != nil {
-			return err
-		}
-		srv.Logf = o.logf
-		d.Publisher, d.Evidence = srv, srv.FetchEvidence()
-		// Bound before the BMC is driven: a port in use fails here, and
-		// the firmware never asks an address nobody listens on.
-		ln, err := net.Listen("tcp", o.listen)
-		if err != nil {
-			return fmt.Errorf("artifact server: %w", err)
-		}
-		served = make(chan error, 1)
-		go func() { served <- srv.Serve(serveCtx, ln) }()
-		return nil
-	}
 	res, err := s.Boot(ctx, st)
 	if res.Plan != nil { // the plan ran: say what it saw, also when it failed
 		if o.jsonOut {
@@ -368,12 +397,12 @@ func (o *options) boot(ctx context.Context) error {
 		fmt.Fprintln(o.stderr, "nothing to do: the state says this server already booted the image (a fresh --state re-provisions)")
 		return nil
 	}
-	if served != nil {
+	if arts.served != nil {
 		fmt.Fprintf(o.stderr, "serving artifacts for %s more (Ctrl-C to stop)\n", o.serve)
 		select {
 		case <-time.After(o.serve):
 		case <-ctx.Done():
-		case err := <-served:
+		case err := <-arts.served:
 			return err
 		}
 	}

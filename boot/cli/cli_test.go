@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,20 @@ import (
 // pushUKIImage pushes an image offering uefi-http and disk.
 func pushUKIImage(t *testing.T) string {
 	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	ref, _ := pushCountedUKIImage(t)
+	return ref
+}
+
+// pushCountedUKIImage is pushUKIImage whose registry counts the requests
+// it gets after the push.
+func pushCountedUKIImage(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	hits := &atomic.Int64{}
+	regh := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		regh.ServeHTTP(w, r)
+	}))
 	t.Cleanup(reg.Close)
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	for _, l := range []struct{ mt, title string }{{osimage.MediaTypeUKI, "uki.efi"}, {osimage.MediaTypeDisk, "disk.raw"}} {
@@ -47,7 +61,8 @@ func pushUKIImage(t *testing.T) string {
 	img = mutate.Annotations(img, map[string]string{osimage.AnnotationBootMethods: "uefi-http,disk", osimage.AnnotationBootDefault: "uefi-http"}).(v1.Image)
 	ref := strings.TrimPrefix(reg.URL, "http://") + "/os/uki:1"
 	testutil.PushImage(t, ref, img)
-	return ref
+	hits.Store(0)
+	return ref, hits
 }
 
 func run(t *testing.T, args ...string) (int, string, string) {
@@ -103,7 +118,7 @@ func TestExitCodes(t *testing.T) {
 		{"mismatch", append([]string{"boot", "--bmc", bmc.URL, "--method", "pxe"}, common...), ExitMismatch, "image offers no kernel+initrd for pxe: it has disk, uki"},
 		{"install mismatch", append([]string{"boot", "--bmc", bmc.URL, "--install", "disk", "--install-target", "serial:osb-disk0"}, common...), ExitMismatch,
 			"install mode disk (target serial:osb-disk0) needs kernel+initrd-noroot+disk in the image, missing kernel, initrd-noroot: it has disk, uki"},
-		{"install without target", append([]string{"plan", "--install", "disk"}, planFlags...), ExitMismatch, "needs a target disk selector"},
+		{"install without target", append([]string{"plan", "--install", "disk"}, planFlags...), ExitUsage, "needs a target disk selector"},
 		{"invalid state", append([]string{"boot", "--bmc", bmc.URL, "--state", badState}, common...), ExitUsage, "invalid boot state: done = -1, must not be negative"},
 		{"bmc down", append([]string{"boot", "--bmc", dead.URL, "--method", "disk", "--timeout", "3s"}, common...), ExitBMC, "connecting to BMC"},
 		{"boot uefi-http", append([]string{"boot", "--bmc", bmc.URL, "--state", state, "--serve-after-boot", "0s", "--evidence-timeout", "10s"}, common...), ExitOK, ""},

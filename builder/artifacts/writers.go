@@ -24,6 +24,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/diskimage"
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/initrd/rootstack"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 	"github.com/ironcore-dev/os-builder/isoimage"
@@ -473,8 +474,8 @@ func signerID(cert *x509.Certificate) string {
 }
 
 // diskCmdline points the disk UKI's init at the root partition.
-func diskCmdline(cmdline string) string {
-	return strings.TrimSpace("osb.root=partlabel:" + diskimage.LabelRoot + " " + cmdline)
+func diskCmdline(line string) string {
+	return strings.TrimSpace(cmdline.Cmdline{Root: "partlabel:" + diskimage.LabelRoot}.String() + " " + line)
 }
 
 // RemoveAside deletes the files writers put aside for other writers.

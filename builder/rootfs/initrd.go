@@ -11,6 +11,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/initrd"
+	osbcmdline "github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/internal/fsroot"
 )
@@ -74,7 +75,7 @@ func NewInitrd(k step.Kernel, a step.Assembled, init string, modules []string, c
 func InitrdCmdline(cmdline string) string {
 	var words []string
 	for _, w := range strings.Fields(cmdline) {
-		if strings.HasPrefix(w, "osb.") {
+		if osbcmdline.IsOSB(w) {
 			words = append(words, w)
 		}
 	}

@@ -1,6 +1,7 @@
 package pid1
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,17 +12,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/initrd/disk"
 	"github.com/ironcore-dev/os-builder/initrd/layout"
 	"github.com/ironcore-dev/os-builder/internal/boundedfile"
 )
 
 // Mode is what the init does with the OS (docs/cmdline.md, osb.mode).
-type Mode string
+type Mode = cmdline.InitMode
 
 const (
-	ModeMemory  Mode = "memory"
-	ModeInstall Mode = "install"
+	ModeMemory  = cmdline.ModeMemory
+	ModeInstall = cmdline.ModeInstall
 )
 
 // RootKind says where the root image comes from (osb.root).
@@ -116,47 +118,6 @@ func (c *Config) ResolveRoot(initrdHasImage bool) {
 	}
 }
 
-// SplitCmdline splits a kernel command line into parameters the way the
-// kernel does: on spaces, with double quotes protecting spaces and removed.
-// Parameters after a lone "--" belong to init's argv and are not returned.
-func SplitCmdline(s string) []string {
-	var out []string
-	var cur strings.Builder
-	inQuote, have, quoted := false, false, false
-	for _, r := range s + " " {
-		switch {
-		case r == '"':
-			inQuote = !inQuote
-			have, quoted = true, true
-		case !inQuote && (r == ' ' || r == '\t' || r == '\n' || r == '\r'):
-			if have {
-				if cur.String() == "--" && !quoted {
-					return out
-				}
-				out = append(out, cur.String())
-			}
-			cur.Reset()
-			have, quoted = false, false
-		default:
-			cur.WriteRune(r)
-			have = true
-		}
-	}
-	if have { // an unterminated quote runs to the end, like the kernel's
-		out = append(out, strings.TrimSuffix(cur.String(), " "))
-	}
-	return out
-}
-
-// isOSBWord says whether a command line word is an osb.* parameter.
-func isOSBWord(w string) bool { return strings.HasPrefix(w, "osb.") }
-
-// cmdlineKey is a word's key: what comes before its first "=".
-func cmdlineKey(w string) string {
-	k, _, _ := strings.Cut(w, "=")
-	return k
-}
-
 // MergeCmdline returns the command line the init obeys, made of the
 // image's own (the osb.* words of layout.CmdlinePath, which the builder
 // writes into every initrd) and the loader's (/proc/cmdline): first the
@@ -167,16 +128,16 @@ func cmdlineKey(w string) string {
 // the image's words that were kept, for the console.
 func MergeCmdline(own, loader string) (merged string, image []string) {
 	named := map[string]bool{}
-	for _, w := range SplitCmdline(loader) {
-		named[cmdlineKey(w)] = true
+	for _, w := range cmdline.Split(loader) {
+		named[cmdline.KeyOf(w)] = true
 	}
 	var quoted []string
-	for _, w := range SplitCmdline(own) {
-		if !isOSBWord(w) || named[cmdlineKey(w)] {
+	for _, w := range cmdline.Split(own) {
+		if !cmdline.IsOSB(w) || named[cmdline.KeyOf(w)] {
 			continue
 		}
 		image = append(image, w)
-		if strings.ContainsAny(w, " \t\n\r") { // as SplitCmdline read it
+		if strings.ContainsAny(w, " \t\n\r") { // as cmdline.Split read it
 			w = `"` + w + `"`
 		}
 		quoted = append(quoted, w)
@@ -202,128 +163,88 @@ func readImageCmdline(path string) (string, error) {
 }
 
 // ParseCmdline parses the osb.* parameters of a kernel command line
-// (docs/cmdline.md) and fills in defaults. Other parameters are ignored;
-// unknown osb.* parameters and bad values are errors, so a typo does not
-// silently boot something else. When a parameter repeats, the last one
-// wins, so a later layer's command line can override an earlier one.
-func ParseCmdline(cmdline string) (Config, error) {
+// (docs/cmdline.md, package initrd/cmdline) and fills in defaults. Other
+// parameters are ignored; unknown osb.* parameters and bad values are
+// errors, so a typo does not silently boot something else. When a
+// parameter repeats, the last one wins, so a later layer's command line
+// can override an earlier one.
+func ParseCmdline(s string) (Config, error) {
 	cfg := Config{
 		Mode:    ModeMemory,
 		Overlay: "tmpfs",
 		Data:    disk.DeviceRef{Kind: disk.ByPartLabel, Value: DefaultDataPartLabel},
 	}
+	c, err := cmdline.Parse(s)
 	var errs []string
+	if perr, ok := err.(*cmdline.Error); ok {
+		errs = perr.Problems
+	}
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
-	for _, param := range SplitCmdline(cmdline) {
-		key, value, hasValue := strings.Cut(param, "=")
-		if !strings.HasPrefix(key, "osb.") {
-			continue
-		}
-		if !hasValue && key != "osb.debug" {
-			fail("%s needs a value (%s=...)", key, key)
-			continue
-		}
-		switch key {
-		case "osb.mode":
-			switch Mode(value) {
-			case ModeMemory, ModeInstall:
-				cfg.Mode = Mode(value)
-			default:
-				fail("osb.mode=%q: want memory or install", value)
-			}
-		case "osb.root":
-			r, err := parseRoot(value)
-			if err != nil {
-				fail("osb.root=%q: %v", value, err)
-				continue
-			}
+	cfg.Mode = cmp.Or(c.Mode, cfg.Mode)
+	if c.Root != "" {
+		if r, err := parseRoot(c.Root); err != nil {
+			fail("%s=%q: %v", cmdline.Root, c.Root, err)
+		} else {
 			cfg.Root = r
-		case "osb.root.sha256":
-			d, err := parseSHA256(value)
-			if err != nil {
-				fail("osb.root.sha256: %v", err)
-				continue
-			}
-			cfg.RootSHA256 = d
-		case "osb.overlay":
-			if value != "tmpfs" {
-				fail("osb.overlay=%q: only tmpfs is supported", value)
-				continue
-			}
-			cfg.Overlay = value
-		case "osb.persist":
-			ps, err := parsePersist(value)
-			if err != nil {
-				fail("osb.persist: %v", err)
-				continue
-			}
-			cfg.Persist = ps
-		case "osb.persist.required":
-			b, err := parseBool(value)
-			if err != nil {
-				fail("osb.persist.required: %v", err)
-				continue
-			}
-			cfg.PersistRequired = b
-		case "osb.data":
-			d, err := parseDeviceRef(value)
-			if err != nil {
-				fail("osb.data=%q: %v", value, err)
-				continue
-			}
-			cfg.Data = d
-		case "osb.install.image":
-			if !isHTTPURL(value) {
-				fail("osb.install.image=%q: want an http:// or https:// URL", value)
-				continue
-			}
-			if err := checkURL(value); err != nil {
-				fail("osb.install.image=%q: %v", value, err)
-				continue
-			}
-			cfg.InstallImage = value
-		case "osb.install.sha256":
-			d, err := parseSHA256(value)
-			if err != nil {
-				fail("osb.install.sha256: %v", err)
-				continue
-			}
-			cfg.InstallSHA256 = d
-		case "osb.install.target":
-			t, err := parseTarget(value)
-			if err != nil {
-				fail("osb.install.target=%q: %v", value, err)
-				continue
-			}
-			cfg.InstallTarget = t
-		case "osb.install.wipe":
-			b, err := parseBool(value)
-			if err != nil {
-				fail("osb.install.wipe: %v", err)
-				continue
-			}
-			cfg.InstallWipe = b
-		case "osb.fatal":
-			p, err := parseFatal(value)
-			if err != nil {
-				fail("osb.fatal=%q: %v", value, err)
-				continue
-			}
-			cfg.Fatal = p
-		case "osb.debug":
-			b := true
-			if hasValue {
-				var err error
-				if b, err = parseBool(value); err != nil {
-					fail("osb.debug: %v", err)
-					continue
-				}
-			}
-			cfg.Debug = b
-		default:
-			fail("unknown parameter %s (see docs/cmdline.md)", key)
 		}
 	}
+	if c.RootSHA256 != "" {
+		if d, err := parseSHA256(c.RootSHA256); err != nil {
+			fail("%s: %v", cmdline.RootSHA256, err)
+		} else {
+			cfg.RootSHA256 = d
+		}
+	}
+	if c.Overlay != "" && c.Overlay != "tmpfs" {
+		fail("%s=%q: only tmpfs is supported", cmdline.Overlay, c.Overlay)
+	}
+	if c.Persist != nil {
+		if ps, err := parsePersist(c.Persist); err != nil {
+			fail("%s: %v", cmdline.Persist, err)
+		} else {
+			cfg.Persist = ps
+		}
+	}
+	cfg.PersistRequired = c.PersistRequired
+	if c.Data != "" {
+		if d, err := parseDeviceRef(c.Data); err != nil {
+			fail("%s=%q: %v", cmdline.Data, c.Data, err)
+		} else {
+			cfg.Data = d
+		}
+	}
+	if v := c.InstallImage; v != "" {
+		if !isHTTPURL(v) {
+			fail("%s=%q: want an http:// or https:// URL", cmdline.InstallImage, v)
+		} else if err := checkURL(v); err != nil {
+			fail("%s=%q: %v", cmdline.InstallImage, v, err)
+		} else {
+			cfg.InstallImage = v
+		}
+	}
+	if c.InstallSHA256 != "" {
+		if d, err := parseSHA256(c.InstallSHA256); err != nil {
+			fail("%s: %v", cmdline.InstallSHA256, err)
+		} else {
+			cfg.InstallSHA256 = d
+		}
+	}
+	if c.InstallTarget != "" {
+		if t, err := parseTarget(c.InstallTarget); err != nil {
+			fail("%s=%q: %v", cmdline.InstallTarget, c.InstallTarget, err)
+		} else {
+			cfg.InstallTarget = t
+		}
+	}
+	cfg.InstallWipe = c.InstallWipe
+	if c.Fatal != "" {
+		if p, err := parseFatal(c.Fatal); err != nil {
+			fail("%s=%q: %v", cmdline.Fatal, c.Fatal, err)
+		} else {
+			cfg.Fatal = p
+		}
+	}
+	cfg.Debug = c.Debug
 	if len(errs) == 0 {
 		errs = cfg.validate()
 	}
@@ -431,10 +352,10 @@ func parseBool(v string) (bool, error) {
 	return false, fmt.Errorf("%q: want 0 or 1", v)
 }
 
-func parsePersist(v string) ([]string, error) {
+func parsePersist(v []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
-	for _, p := range strings.Split(v, ",") {
+	for _, p := range v {
 		if p == "" {
 			continue
 		}

@@ -1,6 +1,8 @@
 package pid1
 
 import (
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
+
 	"os"
 	"path/filepath"
 	"reflect"
@@ -37,10 +39,10 @@ func TestMergeCmdline(t *testing.T) {
 			if got != tc.want || !reflect.DeepEqual(image, tc.wantImage) {
 				t.Errorf("MergeCmdline(%q, %q) = %q, %q; want %q, %q", tc.own, tc.loader, got, image, tc.want, tc.wantImage)
 			}
-			// The merge keeps what SplitCmdline reads: the image's kept
+			// The merge keeps what cmdline.Split reads: the image's kept
 			// words, then the loader's.
-			if want := append(append([]string(nil), tc.wantImage...), SplitCmdline(tc.loader)...); !reflect.DeepEqual(SplitCmdline(got), want) && len(want) > 0 {
-				t.Errorf("SplitCmdline(merged) = %q, want %q", SplitCmdline(got), want)
+			if want := append(append([]string(nil), tc.wantImage...), cmdline.Split(tc.loader)...); !reflect.DeepEqual(cmdline.Split(got), want) && len(want) > 0 {
+				t.Errorf("cmdline.Split(merged) = %q, want %q", cmdline.Split(got), want)
 			}
 		})
 	}

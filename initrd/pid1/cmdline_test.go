@@ -1,6 +1,8 @@
 package pid1
 
 import (
+	"github.com/ironcore-dev/os-builder/initrd/cmdline"
+
 	"reflect"
 	"strings"
 	"testing"
@@ -10,26 +12,6 @@ import (
 )
 
 const digest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-
-func TestSplitCmdline(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []string
-	}{
-		{"", nil},
-		{"  a  b\tc\n", []string{"a", "b", "c"}},
-		{`x="a b" y`, []string{"x=a b", "y"}},
-		{`"quoted all"`, []string{"quoted all"}},
-		{`a -- b c`, []string{"a"}},
-		{`a "--" b`, []string{"a", "--", "b"}},
-		{`a="unterminated b`, []string{"a=unterminated b"}},
-		{`e=""`, []string{"e="}},
-	} {
-		if got := SplitCmdline(tc.in); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("SplitCmdline(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
 
 func TestParseCmdline(t *testing.T) {
 	defaults := Config{Mode: ModeMemory, Overlay: "tmpfs", Data: disk.DeviceRef{Kind: disk.ByPartLabel, Value: "osb-data"}}
@@ -158,7 +140,7 @@ func FuzzParseCmdline(f *testing.F) {
 		if c.Fatal.Delay < 0 || c.Fatal.Delay > maxFatalDelay || (!c.Fatal.Reboot && c.Fatal.Delay != 0) {
 			t.Fatalf("osb.fatal %+v from %q", c.Fatal, s)
 		}
-		parts := SplitCmdline(s)
+		parts := cmdline.Split(s)
 		for _, p := range parts {
 			if p == "--" && !strings.Contains(s, `"`) {
 				t.Fatalf("unquoted -- returned from %q", s)

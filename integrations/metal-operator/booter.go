@@ -9,7 +9,6 @@ import (
 	"path"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	metalv1alpha1 "github.com/ironcore-dev/metal-operator/api/v1alpha1"
 	"github.com/ironcore-dev/metal-operator/bmc"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,11 +53,10 @@ type Booter struct {
 	// DefaultScheme applies where a BMC protocol names no scheme (https if
 	// empty), as metal-operator's --default-protocol-scheme does.
 	DefaultScheme metalv1alpha1.ProtocolScheme
-	// ReadIdentity reads the boot identity of an image of one build; the
-	// default reads every build (one per architecture of an index) from
-	// the registry with the default keychain, manifests and configs only
-	// (boot.RegistryImage).
-	ReadIdentity func(ctx context.Context, image string) (*osimage.BootIdentity, error)
+	// Images reads an image's builds (one per architecture of an index);
+	// nil is boot.Registry{}: the registry with the default keychain,
+	// manifests and configs only (boot.RegistryImage).
+	Images boot.ImageSource
 	// Redfish configures the default Connect, os-builder's Redfish client
 	// (auth, retries, TLS); endpoint, credentials and system come from the
 	// objects.
@@ -111,9 +109,9 @@ func (b *Booter) Boot(ctx context.Context, o Objects) (Result, error) {
 	s := &boot.Session{
 		Request: boot.Request{Image: req.Image, Method: req.Method, Policy: req.Policy, ArtifactBaseURL: b.ArtifactBaseURL,
 			Architecture: req.Architecture, ArchitectureFrom: req.ArchitectureFrom},
-		ReadImage: b.readImage,
-		Connect:   func(ctx context.Context) (boot.BMC, func(), error) { return b.connect(ctx, target) },
-		Driver:    b.Driver,
+		Images: planImages{cmp.Or[boot.ImageSource](b.Images, boot.Registry{})},
+		Dialer: targetDialer{b, target},
+		Driver: b.Driver,
 		// None only powers on: its plan stays the image's whatever the BMC
 		// offers, as the states saved in the annotation expect.
 		SkipCapabilitiesForNone: true,
@@ -221,39 +219,36 @@ func ApplyTo(res Result, sbc *metalv1alpha1.ServerBootConfiguration, claim *meta
 	return nil
 }
 
-// readImage reads the image's builds as the session's ReadImage. Every
+// planImages reads the image's builds as the session's ImageSource. Every
 // failure, an unreachable registry too, is ErrPlan: BootCompleted=False
 // with InvalidPlan, as it always was here.
-func (b *Booter) readImage(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
-	var builds []*osimage.BootIdentity
-	var err error
-	if b.ReadIdentity != nil {
-		var id *osimage.BootIdentity
-		if id, err = b.ReadIdentity(ctx, image); err == nil {
-			builds = []*osimage.BootIdentity{id}
-		}
-	} else {
-		var ref name.Reference
-		if ref, err = name.ParseReference(image); err == nil {
-			builds, err = boot.RegistryImage(ctx, ref)
-		}
-	}
+type planImages struct{ boot.ImageSource }
+
+func (p planImages) Builds(ctx context.Context, image string) ([]*osimage.BootIdentity, error) {
+	builds, err := p.ImageSource.Builds(ctx, image)
 	if err != nil && !errors.Is(err, boot.ErrPlan) {
 		return nil, fmt.Errorf("%w: image %s: %w", boot.ErrPlan, image, err)
 	}
 	return builds, err
 }
 
-func (b *Booter) connect(ctx context.Context, t Target) (boot.BMC, func(), error) {
-	connect := b.Connect
+// targetDialer opens the objects' BMC as the session's BMCDialer: with
+// Booter.Connect, else os-builder's Redfish client.
+type targetDialer struct {
+	b *Booter
+	t Target
+}
+
+func (d targetDialer) DialBMC(ctx context.Context) (boot.BMC, func(), error) {
+	connect := d.b.Connect
 	if connect == nil {
 		connect = func(ctx context.Context, t Target) (boot.BMC, func(), error) {
-			return ConnectRedfish(ctx, t, b.Redfish)
+			return ConnectRedfish(ctx, t, d.b.Redfish)
 		}
 	}
-	c, closeBMC, err := connect(ctx, t)
+	c, closeBMC, err := connect(ctx, d.t)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to BMC %s: %w", t, err)
+		return nil, nil, fmt.Errorf("connecting to BMC %s: %w", d.t, err)
 	}
 	return c, closeBMC, nil
 }
