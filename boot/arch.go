@@ -8,8 +8,8 @@ import (
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
-// instructionSets maps the Redfish Processor InstructionSet values (DMTF
-// Processor schema, enum InstructionSet) to OCI platform architectures (Go's
+// instructionSets maps the Redfish Processor instruction set values (DMTF
+// Processor schema, its instruction set enum) to OCI platform architectures (Go's
 // GOARCH spelling, what an image index's platform.architecture says). A
 // value mapped to "" is known but names no single OCI architecture; why
 // says what is missing.
@@ -29,7 +29,7 @@ var instructionSets = []struct {
 	{"OEM", "", "an OEM instruction set names no architecture"},
 }
 
-// ArchitectureOf maps a Redfish InstructionSet (x86-64, ARM-A64, ...) to the
+// ArchitectureOf maps a Redfish instruction set (x86-64, ARM-A64, ...) to the
 // OCI platform architecture (amd64, arm64, ...). A value that names no single
 // architecture is an error saying why.
 func ArchitectureOf(instructionSet string) (string, error) {
@@ -67,7 +67,7 @@ type ServerArch struct {
 }
 
 // ServerArchFromBMC is the server's architecture by what the BMC reports
-// (Capabilities.InstructionSet).
+// (its instruction set).
 func ServerArchFromBMC(instructionSet string) ServerArch {
 	if instructionSet == "" {
 		return ServerArch{From: "the BMC reports no InstructionSet for the system's CPUs"}

@@ -52,12 +52,6 @@ type Media struct {
 	Image    string `json:"image,omitempty"`
 }
 
-// ErrCapability marks a BMC that cannot do what the plan needs.
-var ErrCapability = errors.New("BMC capability")
-
-// ErrTimeout marks a wait that ran out of time (media insertion, evidence).
-var ErrTimeout = errors.New("timed out")
-
 // LoggingBMC decorates a BMC, reporting each call and its outcome to Logf.
 // It never sees credentials: those stay inside the implementation.
 type LoggingBMC struct {
@@ -100,3 +94,9 @@ func (l LoggingBMC) Reset(ctx context.Context, resetType string) error {
 	l.log("reset "+resetType, start, err)
 	return err
 }
+
+// ErrCapability marks a BMC that cannot do what the plan needs.
+var ErrCapability = errors.New("BMC capability")
+
+// ErrTimeout marks a wait that ran out of time (media insertion, evidence).
+var ErrTimeout = errors.New("timed out")

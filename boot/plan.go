@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -15,90 +14,6 @@ import (
 	"github.com/ironcore-dev/os-builder/initrd/cmdline"
 	"github.com/ironcore-dev/os-builder/osimage"
 )
-
-// Policy says when a server network-boots, after the metal-operator
-// discussion on spec.bootPolicy.
-type Policy string
-
-const (
-	// NetworkBootOnce boots the image once; afterwards every boot and reset
-	// goes to disk and the server is never re-provisioned by this state.
-	NetworkBootOnce Policy = "NetworkBootOnce"
-	// NetworkBootAlways sets a one-time override before every boot the
-	// caller drives; the caller re-runs the plan for each boot.
-	NetworkBootAlways Policy = "NetworkBootAlways"
-	// None sets no boot override at all: only the power action.
-	None Policy = "None"
-)
-
-// ErrPlan marks errors found while resolving a plan, before any BMC call.
-var ErrPlan = errors.New("boot plan")
-
-// Redfish BootSourceOverrideTarget values the plan uses. Vendor spellings
-// (Supermicro's UsbCd) are the BMC client's business, not the plan's.
-const (
-	TargetUefiHttp = "UefiHttp"
-	TargetPxe      = "Pxe"
-	TargetCd       = "Cd"
-	TargetHdd      = "Hdd"
-	TargetNone     = "None"
-)
-
-// Override enablement values (BootSourceOverrideEnabled).
-const (
-	EnabledOnce       = "Once"
-	EnabledContinuous = "Continuous"
-	EnabledDisabled   = "Disabled"
-)
-
-// Request is what the caller asks for.
-type Request struct {
-	// Image names the image in the plan and in messages
-	// (e.g. registry/repo@sha256:...).
-	Image string `json:"image,omitempty"`
-	// Method forces a boot method; empty or MethodAuto takes the image's
-	// methods in its order of preference and picks the first the BMC
-	// allows (ResolveFor), or the image's default when the BMC is not
-	// asked (Resolve). A forced method refuses rather than falls back.
-	Method osimage.BootMethod `json:"method,omitempty"`
-	// Policy defaults to NetworkBootOnce.
-	Policy Policy `json:"policy,omitempty"`
-	// ArtifactBaseURL is where the server fetches artifacts: the artifact
-	// server's advertised base URL (e.g. http://10.0.0.5:8080).
-	ArtifactBaseURL string `json:"artifactBaseURL,omitempty"`
-	// Install says what the booted initrd does; the zero value runs the OS
-	// from memory with the root image inside the initrd (today's boots).
-	Install Install `json:"install,omitempty"`
-	// Architecture is the server's OCI architecture (amd64, arm64) where
-	// the caller knows it (serverboot --arch, a metal-operator Server's
-	// status); ArchitectureFrom says from where. Empty: the BMC's
-	// Processors say (Session). It picks the image's build.
-	Architecture     string `json:"architecture,omitempty"`
-	ArchitectureFrom string `json:"architectureFrom,omitempty"`
-}
-
-// Install is what the booted initrd's init does with the OS, passed on the
-// kernel command line (docs/cmdline.md). Modes other than the default need a
-// command line of the driver's making, so they boot via pxe (iPXE script,
-// kernel + the initrd without root image): the UKI's and the ISO's command
-// lines are fixed when the image is built.
-type Install struct {
-	// Mode is memory (default) or disk: write the image's disk image to
-	// Target, then reboot into it (osb.mode=install).
-	Mode osimage.InstallMode `json:"mode,omitempty"`
-	// Target is the osb.install.target selector (by-id:ID, serial:S,
-	// path:/dev/NAME, size:MIN-MAX); required for disk, never guessed.
-	Target string `json:"target,omitempty"`
-	// Wipe allows overwriting a foreign partition table (osb.install.wipe=1).
-	Wipe bool `json:"wipe,omitempty"`
-	// RootURL (memory mode) fetches the root image from the artifact server
-	// (osb.root=URL, verified by its digest) instead of carrying it in the
-	// initrd: a ~10 MB initrd instead of one holding the whole root.
-	RootURL bool `json:"rootURL,omitempty"`
-}
-
-// MethodAuto asks for capability-driven method choice (the default).
-const MethodAuto osimage.BootMethod = "auto"
 
 // StepKind names a step of a plan.
 type StepKind string
@@ -150,14 +65,6 @@ type Step struct {
 	Override *Override `json:"override,omitempty"`
 	// MediaImage to insert (StepInsertMedia, StepWaitMedia).
 	MediaImage string `json:"mediaImage,omitempty"`
-}
-
-// Override is a boot source override.
-type Override struct {
-	Target      string `json:"target"`
-	Enabled     string `json:"enabled"`
-	Mode        string `json:"mode,omitempty"` // "UEFI"; empty leaves the BMC's mode alone
-	HTTPBootURI string `json:"httpBootUri,omitempty"`
 }
 
 // PublishedArtifact is an artifact and the URL it is served at.
@@ -402,19 +309,6 @@ func resolve(id *osimage.BootIdentity, req Request) (*Plan, error) {
 	return p, nil
 }
 
-// String says what the installer does, for plans and messages.
-func (in *Install) String() string {
-	switch {
-	case in.Mode == osimage.InstallDisk && in.Wipe:
-		return "disk (target " + in.Target + ", wipe allowed)"
-	case in.Mode == osimage.InstallDisk:
-		return "disk (target " + in.Target + ")"
-	case in.RootURL:
-		return "memory, root image fetched by URL"
-	}
-	return "memory"
-}
-
 // resolveInstall checks a non-default install mode (Request.install,
 // validated) against the image; nil stays nil, the default (memory, root
 // inside the initrd).
@@ -452,19 +346,6 @@ func joinKinds(ks []osimage.ArtifactKind) string {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, "+")
-}
-
-// fixedCmdline says why a method cannot carry the installer's parameters.
-func fixedCmdline(m osimage.BootMethod) string {
-	switch m {
-	case osimage.BootUEFIHTTP:
-		return "the UKI's command line is sealed into it at build time"
-	case osimage.BootVirtualMedia:
-		return "the ISO's command line is fixed at build time"
-	case osimage.BootDisk:
-		return "a disk boot boots what is installed"
-	}
-	return "only an iPXE script carries a command line of the driver's making"
 }
 
 // installerBoot publishes kernel, the initrd without root image and the

@@ -9,17 +9,82 @@ import (
 	"github.com/ironcore-dev/os-builder/osimage"
 )
 
-// ErrRequest marks a request that is wrong on its own, whatever the image
-// or the BMC: an unknown policy or method, install flags that contradict
-// each other, a malformed artifact server URL. Session finds these before
-// any registry or BMC request (serverboot exits 2). It is also ErrPlan, so
-// callers that sort plan failures from retryable ones need no new case.
-var ErrRequest error = requestError{}
+// Policy says when a server network-boots, after the metal-operator
+// discussion on spec.bootPolicy.
+type Policy string
 
-type requestError struct{}
+const (
+	// NetworkBootOnce boots the image once; afterwards every boot and reset
+	// goes to disk and the server is never re-provisioned by this state.
+	NetworkBootOnce Policy = "NetworkBootOnce"
+	// NetworkBootAlways sets a one-time override before every boot the
+	// caller drives; the caller re-runs the plan for each boot.
+	NetworkBootAlways Policy = "NetworkBootAlways"
+	// None sets no boot override at all: only the power action.
+	None Policy = "None"
+)
 
-func (requestError) Error() string        { return "boot request" }
-func (requestError) Is(target error) bool { return target == ErrPlan }
+// Request is what the caller asks for.
+type Request struct {
+	// Image names the image in the plan and in messages
+	// (e.g. registry/repo@sha256:...).
+	Image string `json:"image,omitempty"`
+	// Method forces a boot method; empty or MethodAuto takes the image's
+	// methods in its order of preference and picks the first the BMC
+	// allows (ResolveFor), or the image's default when the BMC is not
+	// asked (Resolve). A forced method refuses rather than falls back.
+	Method osimage.BootMethod `json:"method,omitempty"`
+	// Policy defaults to NetworkBootOnce.
+	Policy Policy `json:"policy,omitempty"`
+	// ArtifactBaseURL is where the server fetches artifacts: the artifact
+	// server's advertised base URL (e.g. http://10.0.0.5:8080).
+	ArtifactBaseURL string `json:"artifactBaseURL,omitempty"`
+	// Install says what the booted initrd does; the zero value runs the OS
+	// from memory with the root image inside the initrd (today's boots).
+	Install Install `json:"install,omitempty"`
+	// Architecture is the server's OCI architecture (amd64, arm64) where
+	// the caller knows it (serverboot --arch, a metal-operator Server's
+	// status); ArchitectureFrom says from where. Empty: the BMC's
+	// Processors say (Session). It picks the image's build.
+	Architecture     string `json:"architecture,omitempty"`
+	ArchitectureFrom string `json:"architectureFrom,omitempty"`
+}
+
+// Install is what the booted initrd's init does with the OS, passed on the
+// kernel command line (docs/cmdline.md). Modes other than the default need a
+// command line of the driver's making, so they boot via pxe (iPXE script,
+// kernel + the initrd without root image): the UKI's and the ISO's command
+// lines are fixed when the image is built.
+type Install struct {
+	// Mode is memory (default) or disk: write the image's disk image to
+	// Target, then reboot into it (osb.mode=install).
+	Mode osimage.InstallMode `json:"mode,omitempty"`
+	// Target is the osb.install.target selector (by-id:ID, serial:S,
+	// path:/dev/NAME, size:MIN-MAX); required for disk, never guessed.
+	Target string `json:"target,omitempty"`
+	// Wipe allows overwriting a foreign partition table (osb.install.wipe=1).
+	Wipe bool `json:"wipe,omitempty"`
+	// RootURL (memory mode) fetches the root image from the artifact server
+	// (osb.root=URL, verified by its digest) instead of carrying it in the
+	// initrd: a ~10 MB initrd instead of one holding the whole root.
+	RootURL bool `json:"rootURL,omitempty"`
+}
+
+// MethodAuto asks for capability-driven method choice (the default).
+const MethodAuto osimage.BootMethod = "auto"
+
+// String says what the installer does, for plans and messages.
+func (in *Install) String() string {
+	switch {
+	case in.Mode == osimage.InstallDisk && in.Wipe:
+		return "disk (target " + in.Target + ", wipe allowed)"
+	case in.Mode == osimage.InstallDisk:
+		return "disk (target " + in.Target + ")"
+	case in.RootURL:
+		return "memory, root image fetched by URL"
+	}
+	return "memory"
+}
 
 // methods are the methods a request may force, and auto.
 var methods = []osimage.BootMethod{MethodAuto, osimage.BootUEFIHTTP, osimage.BootPXE, osimage.BootVirtualMedia, osimage.BootDisk}
@@ -141,4 +206,17 @@ func artifactBase(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("artifact server URL %q is not an http(s) URL", s)
 	}
 	return base, nil
+}
+
+// fixedCmdline says why a method cannot carry the installer's parameters.
+func fixedCmdline(m osimage.BootMethod) string {
+	switch m {
+	case osimage.BootUEFIHTTP:
+		return "the UKI's command line is sealed into it at build time"
+	case osimage.BootVirtualMedia:
+		return "the ISO's command line is fixed at build time"
+	case osimage.BootDisk:
+		return "a disk boot boots what is installed"
+	}
+	return "only an iPXE script carries a command line of the driver's making"
 }
