@@ -2,6 +2,7 @@ package remotecache_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,8 +16,9 @@ import (
 )
 
 // TestUntrustedSaidOnce: entries in --cache-from that no trusted key
-// signed (here: unsigned) are misses: the steps run, the runner counts
-// them and says why once, not once per step.
+// signed (one unsigned, one signed by another key) are misses: their
+// steps run, the runner counts them and says why once, not once per
+// step; the entry the trusted key signed is pulled.
 func TestUntrustedSaidOnce(t *testing.T) {
 	reg := testutil.NewRegistry(t)
 	ctx := context.Background()
@@ -25,25 +27,35 @@ func TestUntrustedSaidOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unsigned, err := remote.Open(ref)
-	if err != nil {
-		t.Fatal(err)
+	keyDir := func(cn string) remotecache.Access {
+		d := filepath.Join(t.TempDir(), cn)
+		if err := uki.GenerateKey(d, cn); err != nil {
+			t.Fatal(err)
+		}
+		return remotecache.Access{SignKey: filepath.Join(d, uki.KeyFile), SignCert: filepath.Join(d, uki.CertFile), Trust: []string{filepath.Join(d, uki.CertFile)}}
 	}
-	const steps = 3
-	for i := range steps {
+	release, dev := keyDir("release"), keyDir("dev")
+	pushers := []remotecache.Access{{}, dev, release, {}} // step n is pushed by pushers[n]
+	for i, a := range pushers {
+		var opts []remote.Option
+		if a.SignKey != "" {
+			if opts, err = a.PushOptions(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		repo, err := remote.Open(ref, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := (plainRunner{src}).Run(ctx, fakeStep{name: "step", n: i}); err != nil {
 			t.Fatal(err)
 		}
 		in, _ := fakeStep{n: i}.Inputs()
-		if _, _, err := unsigned.Push(ctx, src, in.Key(), "test"); err != nil {
+		if _, _, err := repo.Push(ctx, src, in.Key(), "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	keys := filepath.Join(t.TempDir(), "keys")
-	if err := uki.GenerateKey(keys, "release"); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := remotecache.Access{Trust: []string{filepath.Join(keys, uki.CertFile)}}.PullOptions()
+	opts, err := remotecache.Access{Trust: release.Trust}.PullOptions()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +71,17 @@ func TestUntrustedSaidOnce(t *testing.T) {
 	var mu sync.Mutex
 	r := remotecache.NewRunner(ctx, plainRunner{s}, s, from, nil, "test", func(f string, a ...any) {
 		mu.Lock()
-		logs = append(logs, f)
+		logs = append(logs, fmt.Sprintf(f, a...))
 		mu.Unlock()
 	})
-	for i := range steps {
+	for i := range pushers {
 		if _, err := r.Run(ctx, fakeStep{name: "step", n: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	st := r.Wait()
-	if st.Pulled != 0 || st.Untrusted != steps || st.Refused != 0 {
-		t.Errorf("stats %+v, want %d untrusted and nothing pulled", st, steps)
+	if st.Pulled != 1 || st.Untrusted != 3 || st.Refused != 0 {
+		t.Errorf("stats %+v, want 1 pulled and 3 untrusted", st)
 	}
 	said := 0
 	for _, l := range logs {
