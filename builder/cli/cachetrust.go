@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -37,11 +38,11 @@ func cacheTrustFlags(f *pflag.FlagSet, a *remotecache.Access) {
 func checkCacheAccess(from, to string, a remotecache.Access) error {
 	if from != "" {
 		if _, err := a.PullOptions(); err != nil {
-			return exitcode.UsageError(err)
+			return exitcode.UsageError(fmt.Errorf("--cache-from %s (or $%s): %w", from, cacheRepoEnv, err))
 		}
 	}
 	if to != "" && (a.SignKey == "" || a.SignCert == "") {
-		return exitcode.UsageError(remotecache.ErrNoSignKey)
+		return exitcode.UsageError(fmt.Errorf("--cache-to %s (or $%s): %w", to, cacheRepoEnv, remotecache.ErrNoSignKey))
 	}
 	return nil
 }
