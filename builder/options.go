@@ -13,6 +13,7 @@ import (
 	"github.com/ironcore-dev/os-builder/builder/hostarch"
 	"github.com/ironcore-dev/os-builder/builder/programs"
 	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/remotecache"
 	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/builder/step"
 	"github.com/ironcore-dev/os-builder/cache"
@@ -37,6 +38,10 @@ type Options struct {
 	// (package cache/remote): steps missing locally are pulled from
 	// CacheFrom, entries are pushed to CacheTo. Empty: none.
 	CacheFrom, CacheTo string
+	// CacheAccess is how both are spoken to: --insecure, the key pushed
+	// entries are signed with, the certificates pulled ones must be
+	// signed by.
+	CacheAccess remotecache.Access
 	// Verbose explains cache misses.
 	Verbose bool
 	// Progress receives progress lines; nil for silence.

@@ -86,14 +86,24 @@ func (b *buildRun) withRemote(ctx context.Context, next step.Runner) (*remotecac
 		return nil, nil
 	}
 	var from, to *remote.Repo
-	var err error
 	if b.opts.CacheFrom != "" {
-		if from, err = remote.Open(b.opts.CacheFrom); err != nil {
+		opts, err := b.opts.CacheAccess.PullOptions()
+		if err != nil {
 			return nil, fmt.Errorf("--cache-from: %w", err)
+		}
+		if from, err = remote.Open(b.opts.CacheFrom, opts...); err != nil {
+			return nil, fmt.Errorf("--cache-from: %w", err)
+		}
+		if b.opts.CacheAccess.TrustUnsigned {
+			b.log.Infof("remote cache: --cache-trust-unsigned: entries of %s are taken without checking who signed them", b.opts.CacheFrom)
 		}
 	}
 	if b.opts.CacheTo != "" {
-		if to, err = remote.Open(b.opts.CacheTo); err != nil {
+		opts, err := b.opts.CacheAccess.PushOptions()
+		if err != nil {
+			return nil, fmt.Errorf("--cache-to: %w", err)
+		}
+		if to, err = remote.Open(b.opts.CacheTo, opts...); err != nil {
 			return nil, fmt.Errorf("--cache-to: %w", err)
 		}
 	}
@@ -106,7 +116,7 @@ func (b *buildRun) waitRemote(rr *remotecache.Runner) {
 	began := time.Now()
 	st := rr.Wait()
 	if b.opts.CacheFrom != "" {
-		b.log.Infof("remote cache: pulled %d entries (%s) from %s; %d refused", st.Pulled, progress.HumanSize(st.PulledBytes), b.opts.CacheFrom, st.Refused)
+		b.log.Infof("remote cache: pulled %d entries (%s) from %s; %d refused, %d not signed by a trusted key", st.Pulled, progress.HumanSize(st.PulledBytes), b.opts.CacheFrom, st.Refused, st.Untrusted)
 	}
 	if b.opts.CacheTo != "" {
 		b.log.Infof("remote cache: pushed %d entries (%s) to %s, waited %s at the end; %d failed", st.Pushed, progress.HumanSize(st.PushedBytes), b.opts.CacheTo, time.Since(began).Round(time.Millisecond), st.Failed)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	cacheremote "github.com/ironcore-dev/os-builder/cache/remote"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
@@ -264,6 +266,8 @@ func githubContext(t *testing.T, keys string) map[string]string {
 		"secrets.GITHUB_TOKEN":        "not-a-token",
 		"secrets.SECURE_BOOT_DB_KEY":  read(uki.KeyFile),
 		"secrets.SECURE_BOOT_DB_CERT": read(uki.CertFile),
+		"secrets.OSB_CACHE_SIGN_KEY":  read(filepath.Join("cache", uki.KeyFile)),
+		"secrets.OSB_CACHE_SIGN_CERT": read(filepath.Join("cache", uki.CertFile)),
 	}
 }
 
@@ -288,6 +292,9 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 	wf, buildJob, indexJob := readActionsWorkflow(t)
 	keys := filepath.Join(t.TempDir(), "keys")
 	if err := uki.GenerateKey(keys, "workflow jobs test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := uki.GenerateKey(filepath.Join(keys, "cache"), "workflow jobs test cache"); err != nil {
 		t.Fatal(err)
 	}
 	gh := githubContext(t, keys)
@@ -356,6 +363,7 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 		t.Errorf("registry cache %s: %d tags, %v: the build jobs pushed no step", cacheRepo, len(tags), err)
 	} else {
 		t.Logf("registry cache %s: %d tags", cacheRepo, len(tags))
+		checkCacheSigned(t, cacheRepo, tags[0], filepath.Join(keys, "cache", uki.CertFile), filepath.Join(keys, uki.CertFile))
 	}
 
 	// The index job.
@@ -610,6 +618,37 @@ func TestConcurrentPushesShareBlobs(t *testing.T) {
 			if err != nil {
 				t.Errorf("round %d, push %d: %v", round, i, err)
 			}
+		}
+	}
+}
+
+// checkCacheSigned: the build jobs' cache entry key is signed with the
+// cache key (its certificate trusted: the entry is taken) and with no
+// other (trusting the Secure Boot certificate instead: a miss).
+func checkCacheSigned(t *testing.T, repo, key, cacheCert, otherCert string) {
+	t.Helper()
+	for _, tc := range []struct {
+		cert string
+		ok   bool
+	}{{cacheCert, true}, {otherCert, false}} {
+		c, err := uki.LoadCertificate(tc.cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := cacheremote.Open(repo, cacheremote.Trust(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := cache.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = r.Pull(context.Background(), s, key)
+		if tc.ok && err != nil {
+			t.Errorf("cache entry %.12s, trusting the cache key: %v", key, err)
+		}
+		if !tc.ok && !errors.Is(err, cacheremote.ErrUntrusted) {
+			t.Errorf("cache entry %.12s, trusting another key: %v, want ErrUntrusted", key, err)
 		}
 	}
 }

@@ -441,9 +441,10 @@ type pipeline struct {
 			} `yaml:"matrix"`
 		} `yaml:"strategy"`
 		Steps []struct {
-			Name string `yaml:"name"`
-			Uses string `yaml:"uses"`
-			Run  string `yaml:"run"`
+			Name string            `yaml:"name"`
+			Uses string            `yaml:"uses"`
+			Run  string            `yaml:"run"`
+			Env  map[string]string `yaml:"env"`
 		} `yaml:"steps"`
 	} `yaml:"jobs"`
 }
@@ -474,9 +475,10 @@ func nodeStrings(n yaml.Node) []string {
 }
 
 func runsPublish(steps []struct {
-	Name string `yaml:"name"`
-	Uses string `yaml:"uses"`
-	Run  string `yaml:"run"`
+	Name string            `yaml:"name"`
+	Uses string            `yaml:"uses"`
+	Run  string            `yaml:"run"`
+	Env  map[string]string `yaml:"env"`
 }) bool {
 	for _, st := range steps {
 		if strings.Contains(st.Run, "ci/publish.sh") {
@@ -545,7 +547,9 @@ func TestWorkflowArchitectures(t *testing.T) {
 
 // TestWorkflowRegistryCache: every job that builds shares step outputs
 // through the registry ($OSB_CACHE_REPO), not actions/cache (which only
-// helps the same key on the same repository and runner architecture).
+// helps the same key on the same repository and runner architecture);
+// such a job runs for release refs only and signs what it pushes with the
+// cache key, trusting no other.
 func TestWorkflowRegistryCache(t *testing.T) {
 	p := readPipeline(t)
 	builds := 0
@@ -562,6 +566,24 @@ func TestWorkflowRegistryCache(t *testing.T) {
 		repo := job.Env["OSB_CACHE_REPO"]
 		if !strings.Contains(repo, "/") || strings.Contains(repo, "secrets.") {
 			t.Errorf("job %s: OSB_CACHE_REPO %q: want a registry repository (no secret)", name, repo)
+		}
+		// The release cache is written by release refs alone, signed with
+		// the cache key from the environment's secrets, and read trusting
+		// that key only (docs/build-graph.md, "Trusting a cache").
+		if job.If == "" || refCondition(t, job.If, "refs/heads/feature") || refCondition(t, job.If, "refs/pull/7/merge") {
+			t.Errorf("job %s writes the release cache on refs other than main and v* tags (if: %q)", name, job.If)
+		}
+		signed := false
+		for _, st := range job.Steps {
+			if !strings.Contains(st.Run, "ci/publish.sh") {
+				continue
+			}
+			fromSecret := strings.Contains(st.Env["CACHE_KEY"], "secrets.OSB_CACHE_SIGN_KEY") && strings.Contains(st.Env["CACHE_CERT"], "secrets.OSB_CACHE_SIGN_CERT")
+			signed = fromSecret && strings.Contains(st.Run, "--cache-sign-key") && strings.Contains(st.Run, "--cache-trust ") &&
+				!strings.Contains(st.Run, "--cache-trust-unsigned")
+		}
+		if !signed {
+			t.Errorf("job %s: its build does not sign cache entries with the OSB_CACHE_SIGN_KEY secret and trust only its certificate", name)
 		}
 	}
 	if builds == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/remotecache"
 	"github.com/ironcore-dev/os-builder/builder/rootfs"
 	"github.com/ironcore-dev/os-builder/cache"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
@@ -88,6 +89,7 @@ func newCachePrune(stdout io.Writer, open func() (*cache.Store, error), dir *str
 	var olderThan time.Duration
 	var all, asJSON bool
 	var remoteRepo string
+	var access remotecache.Access
 	c := &cobra.Command{
 		Use:   "prune --all | --older-than DURATION | --remote REPOSITORY --older-than DURATION [RECIPE...]",
 		Short: "Remove cache entries: all (--all) or those unused for --older-than",
@@ -115,7 +117,7 @@ REGISTRY_STORAGE_DELETE_ENABLED=true); prune says so when it does not.`,
 				if *dir == "" {
 					*dir = cache.DefaultDir()
 				}
-				return pruneRemote(cmd, stdout, remoteRepo, olderThan, args, *dir, asJSON)
+				return pruneRemote(cmd, stdout, remoteRepo, olderThan, args, *dir, access, asJSON)
 			}
 			switch {
 			case olderThan < 0:
@@ -161,6 +163,7 @@ REGISTRY_STORAGE_DELETE_ENABLED=true); prune says so when it does not.`,
 	c.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
 	c.Flags().BoolVar(&all, "all", false, "every entry, without asking")
 	c.Flags().StringVar(&remoteRepo, "remote", "", "prune this registry repository of cache entries instead (see above)")
+	cacheInsecureFlag(c.Flags(), &access)
 	icli.JSONFlag(c, &asJSON)
 	return c
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ironcore-dev/os-builder/builder"
 	"github.com/ironcore-dev/os-builder/builder/progress"
+	"github.com/ironcore-dev/os-builder/builder/remotecache"
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/cache/remote"
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
@@ -26,12 +27,16 @@ import (
 // default to.
 const cacheRepoEnv = "OSB_CACHE_REPO"
 
-// remoteCacheFlags are build's --cache-from and --cache-to. Credentials
-// are never a flag: they come from the Docker config and its helpers.
-func remoteCacheFlags(f *pflag.FlagSet, from, to *string) {
+// remoteCacheFlags are build's --cache-from and --cache-to, and how they
+// are spoken to (cachetrust.go). Credentials are never a flag: they come
+// from the Docker config and its helpers.
+func remoteCacheFlags(f *pflag.FlagSet, from, to *string, a *remotecache.Access) {
 	repo := os.Getenv(cacheRepoEnv)
 	f.StringVar(from, "cache-from", repo, "registry repository of cache entries to pull steps missing locally from (default $"+cacheRepoEnv+"; credentials from the Docker config)")
-	f.StringVar(to, "cache-to", repo, "registry repository to push the build's cache entries to, in the background (default $"+cacheRepoEnv+")")
+	f.StringVar(to, "cache-to", repo, "registry repository to push the build's cache entries to, signed, in the background (default $"+cacheRepoEnv+")")
+	cacheSignFlags(f, a)
+	cacheTrustFlags(f, a)
+	cacheInsecureFlag(f, a)
 }
 
 // transferResult is what `cache push|pull --json` prints.
@@ -40,6 +45,8 @@ type transferResult struct {
 	Entries    int    `json:"entries"`
 	Skipped    int    `json:"skipped"`
 	Bytes      int64  `json:"bytes"`
+	// Untrusted are the entries pull skipped: not signed by a trusted key.
+	Untrusted int `json:"untrusted,omitempty"`
 }
 
 // newCacheTransfer is `builder cache push REF` and `builder cache pull
@@ -48,6 +55,7 @@ type transferResult struct {
 func newCacheTransfer(stdout io.Writer, open func() (*cache.Store, error), pull bool) *cobra.Command {
 	var recipeName string
 	var asJSON bool
+	var access remotecache.Access
 	verb, short := "push", "Push local cache entries to a registry repository"
 	if pull {
 		verb, short = "pull", "Pull cache entries from a registry repository into the local cache"
@@ -59,10 +67,21 @@ func newCacheTransfer(stdout io.Writer, open func() (*cache.Store, error), pull 
 entry, or with --recipe those of that recipe's steps (push: the entries its
 last build used; pull: the entries pushed by a build of it). Entries the
 other side has are skipped; pulled entries are checked blob by blob and
-sealed anew. Credentials come from the Docker config and its helpers.`,
+sealed anew. Pushed entries are signed (--cache-sign-key); pulled ones
+are taken only when signed by a --cache-trust certificate's key, the
+others are skipped and counted. Credentials come from the Docker config
+and its helpers.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			repo, err := remote.Open(args[0])
+			opts := access.PushOptions
+			if pull {
+				opts = access.PullOptions
+			}
+			ro, err := opts()
+			if err != nil {
+				return exitcode.UsageError(err)
+			}
+			repo, err := remote.Open(args[0], ro...)
 			if err != nil {
 				return exitcode.UsageError(err)
 			}
@@ -82,11 +101,21 @@ sealed anew. Credentials come from the Docker config and its helpers.`,
 			if asJSON {
 				return icli.WriteJSON(stdout, res)
 			}
-			_, err = fmt.Fprintf(stdout, "%sed %d entries (%s), %d already there\n", verb, res.Entries, progress.HumanSize(res.Bytes), res.Skipped)
+			untrusted := ""
+			if res.Untrusted > 0 {
+				untrusted = fmt.Sprintf(", %d skipped: not signed by a trusted key", res.Untrusted)
+			}
+			_, err = fmt.Fprintf(stdout, "%sed %d entries (%s), %d already there%s\n", verb, res.Entries, progress.HumanSize(res.Bytes), res.Skipped, untrusted)
 			return err
 		},
 	}
 	c.Flags().StringVar(&recipeName, "recipe", "", "only the entries of this recipe (its name)")
+	if pull {
+		cacheTrustFlags(c.Flags(), &access)
+	} else {
+		cacheSignFlags(c.Flags(), &access)
+	}
+	cacheInsecureFlag(c.Flags(), &access)
 	icli.JSONFlag(c, &asJSON)
 	return c
 }
@@ -157,6 +186,10 @@ func pullAll(ctx context.Context, repo *remote.Repo, s *cache.Store, recipeName 
 			}
 		}
 		_, n, err := repo.Pull(ctx, s, k)
+		if errors.Is(err, remote.ErrUntrusted) {
+			res.Untrusted++
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("pull %.12s: %w", k, err)
 		}
@@ -178,8 +211,8 @@ type remotePruneResult struct {
 // and the local cache, so every step key its locked build uses is known;
 // a plan with a step whose key needs an output the local cache lacks
 // cannot say what it references, and prune refuses.
-func pruneRemote(cmd *cobra.Command, stdout io.Writer, ref string, olderThan time.Duration, recipes []string, cacheDir string, asJSON bool) error {
-	repo, err := remote.Open(ref)
+func pruneRemote(cmd *cobra.Command, stdout io.Writer, ref string, olderThan time.Duration, recipes []string, cacheDir string, access remotecache.Access, asJSON bool) error {
+	repo, err := remote.Open(ref, access.NetOptions()...)
 	if err != nil {
 		return exitcode.UsageError(err)
 	}

@@ -2,12 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ironcore-dev/os-builder/cache"
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // TestCachePushPull: `cache push` moves a local cache to a registry
@@ -29,15 +31,35 @@ func TestCachePushPull(t *testing.T) {
 		}
 		return res
 	}
+	keys, other := filepath.Join(t.TempDir(), "keys"), filepath.Join(t.TempDir(), "other")
+	for _, d := range []string{keys, other} {
+		if code, _, stderr := runBuilder(t, "genkey", d); code != exitcode.OK {
+			t.Fatalf("genkey: %s", stderr)
+		}
+	}
+	sign := []string{"--cache-sign-key", filepath.Join(keys, uki.KeyFile), "--cache-sign-cert", filepath.Join(keys, uki.CertFile)}
+	trust := []string{"--cache-trust", filepath.Join(keys, uki.CertFile)}
 	repo := reg + "/osb/cache"
-	if res := transfer("cache", "push", repo, "--cache-dir", dirA); res.Entries != 1 || res.Bytes == 0 {
+	if code, _, stderr := runBuilder(t, "cache", "push", repo, "--cache-dir", dirA); code != exitcode.Usage || !strings.Contains(stderr, "--cache-sign-key") {
+		t.Errorf("push without a key: exit %d, %s", code, stderr)
+	}
+	if res := transfer(append([]string{"cache", "push", repo, "--cache-dir", dirA}, sign...)...); res.Entries != 1 || res.Bytes == 0 {
 		t.Errorf("push: %+v, want 1 entry", res)
 	}
-	if res := transfer("cache", "push", repo, "--cache-dir", dirA); res.Entries != 0 || res.Skipped != 1 {
+	if res := transfer(append([]string{"cache", "push", repo, "--cache-dir", dirA}, sign...)...); res.Entries != 0 || res.Skipped != 1 {
 		t.Errorf("second push: %+v, want 1 skipped", res)
 	}
 	dirB := t.TempDir()
-	if res := transfer("cache", "pull", repo, "--cache-dir", dirB); res.Entries != 1 {
+	if code, _, stderr := runBuilder(t, "cache", "pull", repo, "--cache-dir", dirB); code != exitcode.Usage || !strings.Contains(stderr, "--cache-trust") {
+		t.Errorf("pull trusting nobody: exit %d, %s", code, stderr)
+	}
+	if res := transfer("cache", "pull", repo, "--cache-dir", dirB, "--cache-trust", filepath.Join(other, uki.CertFile)); res.Entries != 0 || res.Untrusted != 1 {
+		t.Errorf("pull trusting another key: %+v, want 1 untrusted", res)
+	}
+	if res := transfer("cache", "pull", repo, "--cache-dir", t.TempDir(), "--cache-trust-unsigned"); res.Entries != 1 {
+		t.Errorf("pull --cache-trust-unsigned: %+v, want 1 entry", res)
+	}
+	if res := transfer(append([]string{"cache", "pull", repo, "--cache-dir", dirB}, trust...)...); res.Entries != 1 {
 		t.Errorf("pull: %+v, want 1 entry", res)
 	}
 	b, err := cache.Open(dirB)
@@ -54,11 +76,11 @@ func TestCachePushPull(t *testing.T) {
 	if err := a.Remember("r", "step", in); err != nil {
 		t.Fatal(err)
 	}
-	other := reg + "/osb/other"
-	if res := transfer("cache", "push", other, "--recipe", "r", "--cache-dir", dirA); res.Entries != 1 {
+	otherRepo := reg + "/osb/other"
+	if res := transfer(append([]string{"cache", "push", otherRepo, "--recipe", "r", "--cache-dir", dirA}, sign...)...); res.Entries != 1 {
 		t.Errorf("push --recipe r: %+v, want its 1 entry", res)
 	}
-	if code, _, stderr := runBuilder(t, "cache", "push", other, "--recipe", "nobody", "--cache-dir", dirA); code == exitcode.OK || !strings.Contains(stderr, `no build of recipe "nobody"`) {
+	if code, _, stderr := runBuilder(t, append([]string{"cache", "push", otherRepo, "--recipe", "nobody", "--cache-dir", dirA}, sign...)...); code == exitcode.OK || !strings.Contains(stderr, `no build of recipe "nobody"`) {
 		t.Errorf("push --recipe of a recipe never built: exit %d, %s", code, stderr)
 	}
 	if code, _, stderr := runBuilder(t, "cache", "prune", "--remote", repo, "--cache-dir", dirA); code != exitcode.Usage || !strings.Contains(stderr, "--older-than") {

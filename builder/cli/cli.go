@@ -104,6 +104,11 @@ picks some of them (one: into --output itself).`,
 			if plan {
 				return planLanes(cmd, stdout, lanes, asJSON)
 			}
+			if !opts.NoCache {
+				if err := checkCacheAccess(opts.CacheFrom, opts.CacheTo, opts.CacheAccess); err != nil {
+					return err
+				}
+			}
 			for i := range lanes {
 				lanes[i].Options.Progress = stderr
 				if asJSON {
@@ -124,7 +129,7 @@ picks some of them (one: into --output itself).`,
 	f.StringVarP(&opts.OutputDir, "output", "o", "", "output directory: new, empty or an earlier output (default out/<recipe name>)")
 	cacheDirFlag(f, &opts.CacheDir)
 	f.BoolVar(&opts.NoCache, "no-cache", false, "run every step; neither read nor fill the cache")
-	remoteCacheFlags(f, &opts.CacheFrom, &opts.CacheTo)
+	remoteCacheFlags(f, &opts.CacheFrom, &opts.CacheTo, &opts.CacheAccess)
 	f.BoolVarP(&opts.Verbose, "explain", "v", false, "say why each step missed the cache")
 	f.StringSliceVar(&exclude, "exclude-layer", nil, "leave a layer out (recorded in the manifest)")
 	f.BoolVar(&opts.Locked, "locked", false, "build only sources the recipe's lock file pins; refuse (exit 2) if it is stale")

@@ -48,7 +48,7 @@ not uploaded again. Credentials come from the docker config, never from flags.`,
 		},
 	}
 	f := c.Flags()
-	f.BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
+	icli.InsecureFlag(f, &opts.Insecure)
 	f.StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
 	f.BoolVar(&opts.NoV2, "no-v2", false, "publish the v1 manifests alone, without the IronCore Image V2 kinds")
 	icli.JSONFlag(c, &asJSON)

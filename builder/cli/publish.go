@@ -77,7 +77,7 @@ Credentials come from the docker config and the environment, never from flags.`,
 			return err
 		},
 	}
-	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
+	icli.InsecureFlag(c.Flags(), &opts.Insecure)
 	c.Flags().StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
 	c.Flags().BoolVar(&opts.NoV2, "no-v2", false, "publish the v1 manifest alone, without the IronCore Image V2 kinds (as the recipe's imageV2: false)")
 	icli.JSONFlag(c, &asJSON)
@@ -124,7 +124,7 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 			return publish.WriteInspection(stdout, ins, asJSON)
 		},
 	}
-	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
+	icli.InsecureFlag(c.Flags(), &opts.Insecure)
 	icli.JSONFlag(c, &asJSON)
 	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
 	c.Flags().StringVar(&signCert, "sign-cert", "", "with --verify: the SBOM and provenance must be signed with this certificate")

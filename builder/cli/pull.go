@@ -61,7 +61,7 @@ one is pulled unless --kind names a V2 kind.`,
 			return tw.Flush()
 		},
 	}
-	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
+	icli.InsecureFlag(c.Flags(), &opts.Insecure)
 	c.Flags().StringVar(&opts.Arch, "arch", "", "architecture to pull from a multi-architecture index (amd64, arm64)")
 	c.Flags().StringVar(&opts.Kind, "kind", "", "manifest to pull: v1, or an IronCore Image V2 kind (UKI, EFI, Disk); default v1 where there is one, else every V2 kind")
 	icli.JSONFlag(c, &asJSON)

@@ -54,6 +54,8 @@ type Stats struct {
 	// Refused counts entries that were there but unusable (a blob not
 	// matching its digest, not our layout): their steps ran.
 	Refused int `json:"refused"`
+	// Untrusted counts entries not signed by a trusted key: misses.
+	Untrusted int `json:"untrusted"`
 	// Failed counts pushes that did not complete.
 	Failed int `json:"failed"`
 }
@@ -106,6 +108,14 @@ func (r *Runner) pull(ctx context.Context, name, key string) {
 		r.mu.Unlock()
 		r.logf("remote cache: %s: pulled %.12s from %s (%d bytes in %s)", name, key, r.from, n, time.Since(began).Round(time.Millisecond))
 	case errors.Is(err, remote.ErrNotFound):
+	case errors.Is(err, remote.ErrUntrusted):
+		r.mu.Lock()
+		r.stats.Untrusted++
+		first := r.stats.Untrusted == 1
+		r.mu.Unlock()
+		if first {
+			r.logf("remote cache: %s: %v; entries not signed by a trusted key (--cache-trust) are misses, said here once", name, err)
+		}
 	case ctx.Err() != nil:
 	case unreachable(err):
 		r.goDown(fmt.Sprintf("%s: %v", name, err))

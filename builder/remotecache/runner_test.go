@@ -28,7 +28,7 @@ func TestRegistryGone(t *testing.T) {
 	host := reg.Host
 	reg.Stop()
 	ctx := context.Background()
-	repo, err := remote.Open(host + "/osb/cache")
+	repo, err := remote.Open(host+"/osb/cache", remote.TrustUnsigned())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,8 @@ func BenchmarkRemotePull(b *testing.B) {
 	}
 	b.Cleanup(reg.Stop)
 	ctx := context.Background()
-	repo, err := remote.Open(reg.Host + "/osb/bench")
+	sign, trust := keyPair(b, "bench")
+	repo, err := remote.Open(reg.Host+"/osb/bench", sign, trust)
 	if err != nil {
 		b.Fatal(err)
 	}

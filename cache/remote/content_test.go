@@ -128,7 +128,7 @@ func TestPullRefusesUnsafeEntries(t *testing.T) {
 			repo := reg + "/osb/" + strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "_", "-")
 			key := pushRaw(t, repo, tc.name, tc.files)
 			s := openStore(t)
-			dir, _, err := openRepo(t, repo).Pull(ctx, s, key)
+			dir, _, err := openUnsigned(t, repo).Pull(ctx, s, key)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("pull: %v", err)
@@ -179,10 +179,23 @@ func TestPullBounds(t *testing.T) {
 		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
 			s := openStore(t)
-			_, n, err := openRepo(t, reg.Host+"/osb/cache").Pull(ctx, s, key)
+			_, n, err := openUnsigned(t, reg.Host+"/osb/cache").Pull(ctx, s, key)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || n != 0 {
 				t.Errorf("pull: %d bytes, %v; want nothing and an error saying %q", n, err, tc.want)
 			}
 		})
 	}
+}
+
+// openUnsigned opens ref taking unsigned entries, as --cache-trust-unsigned
+// does: the entries above are pushed unsigned, as an attacker with push
+// access would, and the content checks must hold even where a user chose
+// to take them (a trusted signer's entries pass the same checks).
+func openUnsigned(t *testing.T, ref string) *cacheremote.Repo {
+	t.Helper()
+	r, err := cacheremote.Open(ref, cacheremote.TrustUnsigned())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

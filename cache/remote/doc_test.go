@@ -27,7 +27,7 @@ func TestLayoutDoc(t *testing.T) {
 	for _, m := range regexp.MustCompile("`(application/vnd\\.[^`]+)`").FindAllStringSubmatch(section, -1) {
 		documented[m[1]] = true
 	}
-	code := map[string]bool{ArtifactType: true, SealType: true, FileType: true}
+	code := map[string]bool{ArtifactType: true, SealType: true, FileType: true, SignatureType: true}
 	for mt := range code {
 		if !documented[mt] {
 			t.Errorf("docs/build-graph.md does not name media type %s", mt)
@@ -38,7 +38,7 @@ func TestLayoutDoc(t *testing.T) {
 			t.Errorf("docs/build-graph.md names media type %s, which the code does not write", mt)
 		}
 	}
-	for _, a := range []string{annotationTitle, annotationCreated, annotationStep, annotationRecipe} {
+	for _, a := range []string{annotationTitle, annotationCreated, annotationStep, annotationRecipe, annotationSignature} {
 		if !strings.Contains(section, "`"+a+"`") {
 			t.Errorf("docs/build-graph.md does not name annotation %s", a)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/ironcore-dev/os-builder/cache/remote"
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // machine is one builder run's own world: cache, HOME, Go build cache.
@@ -57,6 +58,7 @@ type e2e struct {
 	bin, recipe string
 	reg         *testutil.Registry
 	repo        string
+	keyDir      string // a key pair from `builder genkey`: entries are signed and trusted
 	cold        *buildRun
 	coldMachine machine
 	steps       []string          // cacheable steps of the recipe
@@ -75,7 +77,8 @@ func (e *e2e) build(t testing.TB, m machine, pid bool, flags ...string) *buildRu
 }
 
 func (e *e2e) tryBuild(t testing.TB, m machine, pid bool, flags ...string) (*buildRun, error) {
-	args := append([]string{"build", "--json", "--locked", "-o", filepath.Join(m.dir, "out"), e.recipe}, flags...)
+	args := append([]string{"build", "--json", "--locked", "-o", filepath.Join(m.dir, "out"), e.recipe,
+		"--cache-sign-key", filepath.Join(e.keyDir, uki.KeyFile), "--cache-sign-cert", filepath.Join(e.keyDir, uki.CertFile)}, flags...)
 	var cmd *exec.Cmd
 	if pid {
 		cmd = exec.Command("unshare", append([]string{"--pid", "--fork", "--kill-child", e.bin}, args...)...)
@@ -83,7 +86,8 @@ func (e *e2e) tryBuild(t testing.TB, m machine, pid bool, flags ...string) (*bui
 		cmd = exec.Command(e.bin, args...)
 	}
 	cmd.Env = append(os.Environ(), "OSB_CACHE_DIR="+filepath.Join(m.dir, "cache"), "HOME="+filepath.Join(m.dir, "home"),
-		"GOCACHE="+filepath.Join(m.dir, "gocache"), "TMPDIR="+filepath.Join(m.dir, "tmp"), "OSB_CACHE_REPO=", "XDG_CACHE_HOME=")
+		"GOCACHE="+filepath.Join(m.dir, "gocache"), "TMPDIR="+filepath.Join(m.dir, "tmp"), "OSB_CACHE_REPO=", "XDG_CACHE_HOME=",
+		"OSB_CACHE_TRUST="+filepath.Join(e.keyDir, uki.CertFile))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	began := time.Now()
@@ -534,6 +538,10 @@ func newE2E(t testing.TB) *e2e {
 	t.Cleanup(reg.Stop)
 	e := &e2e{reg: reg, repo: reg.Host + "/osb/cache", keys: map[string]string{}}
 	e.bin = releaseBuilder(t)
+	e.keyDir = filepath.Join(t.TempDir(), "keys")
+	if out, err := exec.Command(e.bin, "genkey", e.keyDir).CombinedOutput(); err != nil {
+		t.Fatalf("builder genkey: %v\n%s", err, out)
+	}
 	tree := t.TempDir()
 	for _, d := range []string{"recipes", "units"} {
 		if out, err := exec.Command("cp", "-a", filepath.Join("../..", d), tree).CombinedOutput(); err != nil {

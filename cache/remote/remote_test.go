@@ -50,9 +50,11 @@ func openStore(t *testing.T) *cache.Store {
 	return s
 }
 
+// openRepo opens ref signing with a test key and trusting it.
 func openRepo(t *testing.T, ref string) *remote.Repo {
 	t.Helper()
-	r, err := remote.Open(ref)
+	sign, trust := keyPair(t, "test")
+	r, err := remote.Open(ref, sign, trust)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,7 @@ type Repo struct {
 	puller *remote.Puller
 	pusher *remote.Pusher
 	opts   []remote.Option
+	cfg    config
 }
 
 // ErrNotFound is a key the repository has no entry for.
@@ -43,9 +44,19 @@ var ErrNotFound = errors.New("no such entry in the remote cache")
 // Open names the repository REF (registry/path, no tag or digest).
 // Credentials come from go-containerregistry's default keychain (the
 // Docker config and its credential helpers, as crane reads them);
-// loopback and private-network registries are spoken to over plain HTTP.
-func Open(ref string) (*Repo, error) {
-	repo, err := name.NewRepository(ref)
+// loopback registries are spoken to over plain HTTP, others only with
+// Insecure. Pushed entries are signed and pulled ones checked as the
+// options say (sign.go).
+func Open(ref string, options ...Option) (*Repo, error) {
+	var cfg config
+	for _, o := range options {
+		o(&cfg)
+	}
+	var nameOpts []name.Option
+	if cfg.insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	repo, err := name.NewRepository(ref, nameOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("cache repository %q: %w (want REGISTRY/PATH, no tag)", ref, err)
 	}
@@ -59,13 +70,17 @@ func Open(ref string) (*Repo, error) {
 		MaxIdleConnsPerHost:   8,
 		ForceAttemptHTTP2:     true,
 	}
+	var rt http.RoundTripper = tr
+	if !cfg.insecure {
+		rt = httpsOnly{tr}
+	}
 	opts := []remote.Option{
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),
-		remote.WithTransport(tr),
+		remote.WithTransport(rt),
 		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 2}),
 		remote.WithUserAgent("os-builder remote-cache"),
 	}
-	r := &Repo{repo: repo, opts: opts}
+	r := &Repo{repo: repo, opts: opts, cfg: cfg}
 	if r.puller, err = remote.NewPuller(opts...); err != nil {
 		return nil, err
 	}
@@ -139,6 +154,9 @@ func (r *Repo) fetch(ctx context.Context, key string) (*entry, error) {
 	}
 	if man.MediaType != types.OCIManifestSchema1 || man.ArtifactType != ArtifactType || man.Config.MediaType != SealType {
 		return nil, fmt.Errorf("%s: not an os-builder cache entry (media type %q, artifact type %q, config %q)", t, man.MediaType, man.ArtifactType, man.Config.MediaType)
+	}
+	if err := r.cfg.verify(&man, key); err != nil {
+		return nil, fmt.Errorf("%s: %w", t, err)
 	}
 	if man.Config.Size < 0 || man.Config.Size > maxSealSize {
 		return nil, fmt.Errorf("%s: seal of %d bytes, more than %d", t, man.Config.Size, maxSealSize)
@@ -290,7 +308,8 @@ func (r *Repo) write(ctx context.Context, dir string, e *entry) (int64, error) {
 	return total, nil
 }
 
-// Push uploads the local entry for key unless the repository has it. It
+// Push uploads the local entry for key unless the repository has it
+// (signed by this Repo's key, when it has one: see upToDate). It
 // returns the bytes uploaded (blobs the registry had are not counted) and
 // whether it pushed. recipe is recorded on the manifest (for pull
 // --recipe). Two builders pushing one key at once both succeed: blobs are
@@ -298,9 +317,6 @@ func (r *Repo) write(ctx context.Context, dir string, e *entry) (int64, error) {
 func (r *Repo) Push(ctx context.Context, store *cache.Store, key, recipe string) (int64, bool, error) {
 	t, err := r.tag(key)
 	if err != nil {
-		return 0, false, err
-	}
-	if ok, err := r.Has(ctx, key); err != nil || ok {
 		return 0, false, err
 	}
 	dir, m, err := store.Sealed(key)
@@ -314,6 +330,16 @@ func (r *Repo) Push(ctx context.Context, store *cache.Store, key, recipe string)
 	man, err := entryManifest(m, seal, recipe, time.Now())
 	if err != nil {
 		return 0, false, err
+	}
+	sig, err := r.cfg.signature(key, man.Config.Digest)
+	if err != nil {
+		return 0, false, err
+	}
+	if ok, err := r.upToDate(ctx, key, man.Config.Digest, sig); err != nil || ok {
+		return 0, false, err
+	}
+	if sig != "" {
+		man.Annotations[annotationSignature] = sig
 	}
 	var sent int64
 	upload := func(l *blobLayer) error {

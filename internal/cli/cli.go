@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 )
@@ -95,6 +96,12 @@ func RangeArgs(min, max int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// InsecureFlag adds the family's --insecure flag: plain HTTP to a
+// registry (loopback registries are spoken to over plain HTTP anyway).
+func InsecureFlag(f *pflag.FlagSet, v *bool) {
+	f.BoolVar(v, "insecure", false, "allow plain HTTP registries")
 }
 
 // JSONFlag adds the family's --json flag to c.
