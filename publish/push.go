@@ -24,13 +24,18 @@ func Push(ctx context.Context, dir, ref string, opts Options) (v1.Hash, error) {
 	return PushDirs(ctx, []string{dir}, ref, opts)
 }
 
-// PushDirs publishes several output directories (one per architecture) as
+// PushDirs publishes several output directories (one per architecture, or
+// one of several architectures: OutputDirs) as
 // one index: per architecture the v1 manifest first (what boot-operator
 // and ironcore-image v0.5.0 resolve), then the IronCore Image V2 kinds
 // unless opts.NoV2 or the build's recipe turned them off.
 func PushDirs(ctx context.Context, dirs []string, ref string, opts Options) (v1.Hash, error) {
 	if len(dirs) == 0 {
 		return v1.Hash{}, errors.New("no output directory to push")
+	}
+	dirs, err := expandOutputs(dirs)
+	if err != nil {
+		return v1.Hash{}, err
 	}
 	idx, err := osimage.NewIndexOf(osimage.IndexOptions{NoV2: opts.NoV2}, dirs...)
 	if err != nil {

@@ -51,7 +51,7 @@ Credentials come from the docker config and the environment, never from flags.`,
 			if err := loadPushSigner(&opts, signKey, signCert); err != nil {
 				return err
 			}
-			dirs, err := outputDirs(args[0])
+			dirs, err := publish.OutputDirs(args[0])
 			if err != nil {
 				return err
 			}
