@@ -34,7 +34,7 @@ func TestPublishArchitectureJobs(t *testing.T) {
 	repo := host + "/pipeline/os-images/hypervisor"
 	staged := map[string]string{} // arch -> its v1 manifest digest
 	for _, arch := range []string{"amd64", "arm64"} {
-		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: outputDir(t, arch), prefix: "pipeline", branch: "main", flags: flags,
+		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: signedOutputDir(t, arch, keys), prefix: "pipeline", branch: "main", flags: flags,
 			env: []string{"PUBLISH_ARCH=" + arch}})
 		want := repo + ":1.2.0-0123456-" + arch
 		if len(pushed) != 1 || pushed[0] != want {

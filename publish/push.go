@@ -60,12 +60,27 @@ func PushDirs(ctx context.Context, dirs []string, ref string, opts Options) (v1.
 }
 
 // pushRemote writes the index and its tags, then attaches the SBOM and the
-// provenance to the index digest as OCI referrers (docs/image-format.md,
+// provenance (made and, with a key, signed first) to the index digest as OCI referrers (docs/image-format.md,
 // "Attestations").
 func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.Reference, opts Options) (v1.Hash, error) {
 	digest, err := idx.Digest()
 	if err != nil {
 		return v1.Hash{}, err
+	}
+	// Made (and signed) before anything is pushed: an output the key must
+	// not vouch for pushes nothing.
+	subject, err := partial.Descriptor(idx)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	atts, err := Attestations(dirs, ref.Context().Name(), digest.String(), opts.Provenance)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if opts.Signer != nil {
+		if atts, err = signAttestations(atts, dirs, opts); err != nil {
+			return v1.Hash{}, err
+		}
 	}
 	ropts := opts.remoteOptions(ctx)
 	if err := writeSharedBlobs(ctx, func() error { return remote.WriteIndex(ref, idx, ropts...) }); err != nil {
@@ -78,27 +93,6 @@ func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.
 		}
 		if err := remote.Tag(t, idx, ropts...); err != nil {
 			return digest, fmt.Errorf("tag %s: %w", t, err)
-		}
-	}
-	subject, err := partial.Descriptor(idx)
-	if err != nil {
-		return digest, err
-	}
-	atts, err := Attestations(dirs, ref.Context().Name(), digest.String(), opts.Provenance)
-	if err != nil {
-		return digest, err
-	}
-	if opts.Signer != nil {
-		var manifests []*osimage.BuildManifest
-		for _, d := range dirs {
-			m, err := osimage.ReadManifest(d)
-			if err != nil {
-				return digest, err
-			}
-			manifests = append(manifests, m)
-		}
-		if atts, err = signAttestations(atts, manifests, opts); err != nil {
-			return digest, err
 		}
 	}
 	if _, err := pushReferrers(ctx, ref.Context(), *subject, atts, opts); err != nil {

@@ -104,7 +104,6 @@ exec %[2]q "$@"
 func TestPublishScript(t *testing.T) {
 	host := requireRegistry(t)
 	tmp := t.TempDir()
-	fake := outputDir(t, "amd64")
 	recipe := filepath.Join(tmp, "hypervisor.yaml")
 	if err := os.WriteFile(recipe, []byte("name: hypervisor\nversion: \"1.2.0\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -113,18 +112,21 @@ func TestPublishScript(t *testing.T) {
 	if err := uki.GenerateKey(keys, "publish test"); err != nil {
 		t.Fatal(err)
 	}
+	// The key signs only outputs whose UKIs it signed.
+	signedFake := signedOutputDir(t, "amd64", keys)
 	// The build is faked; push signs the SBOM and provenance with the key.
 	signFlags := fmt.Sprintf("--sign-key %s --sign-cert %s", filepath.Join(keys, uki.KeyFile), filepath.Join(keys, uki.CertFile))
 	for _, tc := range []struct {
 		branch   string
+		output   string
 		flags    string
 		tags     []string
 		unsigned bool
 	}{
-		{"feature", "", []string{"1.2.0-0123456-feature"}, true},
-		{"main", signFlags, []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
+		{"feature", outputDir(t, "amd64"), "", []string{"1.2.0-0123456-feature"}, true},
+		{"main", signedFake, signFlags, []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
 	} {
-		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: fake, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
+		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: tc.output, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
 		repo := host + "/script-" + tc.branch + "/os-images/hypervisor"
 		var want []string
 		for _, tag := range tc.tags {
