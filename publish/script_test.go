@@ -54,6 +54,7 @@ type publishRun struct {
 	branch string
 	flags  string // BUILD_FLAGS
 	env    []string
+	outDir string // OUT_DIR; empty: a temporary directory
 }
 
 // runPublish runs ci/publish.sh with the real builder for push and
@@ -61,6 +62,16 @@ type publishRun struct {
 // package tests publishing, the builder's tests the build). It returns
 // the references publish.sh reports as pushed and its output.
 func runPublish(t *testing.T, host string, r publishRun) ([]string, string) {
+	t.Helper()
+	pushed, log, err := tryPublish(t, host, r)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	return pushed, log
+}
+
+// tryPublish is runPublish for a run that may fail: its error.
+func tryPublish(t *testing.T, host string, r publishRun) ([]string, string, error) {
 	t.Helper()
 	tmp := t.TempDir()
 	real := builderBinary(t)
@@ -78,7 +89,10 @@ exec %[2]q "$@"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	outDir := filepath.Join(tmp, "out")
+	outDir := r.outDir
+	if outDir == "" {
+		outDir = filepath.Join(tmp, "out")
+	}
 	cmd := exec.Command("bash", "../ci/publish.sh", r.recipe)
 	cmd.Env = append(os.Environ(),
 		"OS_IMAGES_REGISTRY="+host+"/"+r.prefix, "OS_IMAGES_INSECURE=1", "BUILDER="+wrapper,
@@ -87,13 +101,13 @@ exec %[2]q "$@"
 	cmd.Env = append(cmd.Env, r.env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("publish.sh: %v\n%s", err, out)
+		return nil, string(out), fmt.Errorf("publish.sh: %w", err)
 	}
 	b, err := os.ReadFile(filepath.Join(outDir, "pushed.txt"))
 	if err != nil {
-		t.Fatalf("publish.sh wrote no pushed.txt: %v\n%s", err, out)
+		return nil, string(out), fmt.Errorf("publish.sh wrote no pushed.txt: %w", err)
 	}
-	return strings.Fields(string(b)), string(out)
+	return strings.Fields(string(b)), string(out), nil
 }
 
 // TestPublishScript runs ci/publish.sh against the real registry with a
