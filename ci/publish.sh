@@ -14,9 +14,10 @@
 # OCI referrers (signed with the build's --sign-key, if any), then checks every pushed tag with `builder inspect --verify`
 # (the pushed index is the one the output makes, SBOM and provenance attached
 # and about it) and lists it in $OUT_DIR/pushed.txt. Runs the same locally and in CI, e.g. against
-# a local registry:
-#   docker-registry serve config.yml &   # http.addr 127.0.0.1:5000
-#   OS_IMAGES_REGISTRY=127.0.0.1:5000 ci/publish.sh recipes/hypervisor.yaml
+# a local registry (Debian's docker-registry config listens on :5000):
+#   docker-registry serve /etc/docker/registry/config.yml &
+#   OS_IMAGES_REGISTRY=127.0.0.1:5000 BUILDER=bin/builder \
+#     BUILD_FLAGS="--locked --exclude-layer dpservice" ci/publish.sh recipes/hypervisor.yaml
 #
 # Environment:
 #   OS_IMAGES_REGISTRY  registry host and optional path prefix (required)

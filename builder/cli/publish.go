@@ -126,7 +126,7 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 	}
 	c.Flags().BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP registries")
 	icli.JSONFlag(c, &asJSON)
-	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
+	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories (an output of several architectures: each OUTPUT/ARCH against its platform's manifests), with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
 	c.Flags().StringVar(&signCert, "sign-cert", "", "with --verify: the SBOM and provenance must be signed with this certificate")
 	return c
 }
