@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -72,4 +74,45 @@ func TestVerifySignatureAgreesWithSbverify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzVerifySignature: VerifySignature never panics on a certificate table
+// it is handed, nor accepts a cut one. The fuzzed
+// bytes replace the table of a signed image (its headers and sections
+// stay valid), so they reach the WIN_CERTIFICATE and PKCS #7 parsers.
+func FuzzVerifySignature(f *testing.F) {
+	dir, err := os.MkdirTemp("", "uki-fuzz-keys-")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { os.RemoveAll(dir) })
+	if err := GenerateKey(dir, "fuzz"); err != nil {
+		f.Fatal(err)
+	}
+	key, cert, err := LoadSigner(filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	signed, err := Sign(syntheticStub(), key, cert)
+	if err != nil {
+		f.Fatal(err)
+	}
+	p, err := parsePE(signed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	addr, _ := p.dir(dirSecurity)
+	dirOff := p.dirOffset(dirSecurity)
+	table := signed[addr:]
+	f.Add(table)
+	f.Add(table[:len(table)/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, tbl []byte) {
+		img := append(bytes.Clone(signed[:addr]), tbl...)
+		binary.LittleEndian.PutUint32(img[dirOff+4:], uint32(len(tbl)))
+		err := VerifySignature(img, cert)
+		if err == nil && len(tbl) < len(table)/2 {
+			t.Fatalf("accepted a table of %d bytes, the signature's is %d", len(tbl), len(table))
+		}
+	})
 }
