@@ -689,3 +689,23 @@ func TestConcurrentPushesShareBlobs(t *testing.T) {
 		}
 	}
 }
+
+// TestJobRunnerOutputs: the test's job runner hands on a job's outputs as
+// GitHub does: evaluated over what steps with an id wrote to
+// $GITHUB_OUTPUT, an output no step set left out (a matrix job sets only
+// its own architecture's), a step without an id writing one refused.
+func TestJobRunnerOutputs(t *testing.T) {
+	job := actionsJob{
+		Outputs: map[string]string{"amd64": "${{ steps.s.outputs.amd64 }}", "arm64": "${{ steps.s.outputs.arm64 }}"},
+		Steps:   []actionsStep{{ID: "s", Name: "hand on", Run: `echo "amd64=test/amd64@sha256:00" >> "$GITHUB_OUTPUT"`}},
+	}
+	j := jobRun{name: "build", job: job, ctx: map[string]string{}, workspace: t.TempDir()}
+	_, outputs, err := j.run(t)
+	if err != nil || !reflect.DeepEqual(outputs, map[string]string{"amd64": "test/amd64@sha256:00"}) {
+		t.Errorf("outputs %v, %v", outputs, err)
+	}
+	j.job.Steps[0].ID = ""
+	if _, _, err := j.run(t); err == nil || !strings.Contains(err.Error(), "has no id") {
+		t.Errorf("a step without an id wrote an output: %v", err)
+	}
+}
