@@ -14,9 +14,10 @@
 # OCI referrers (signed with the build's --sign-key, if any), then checks every pushed tag with `builder inspect --verify`
 # (the pushed index is the one the output makes, SBOM and provenance attached
 # and about it) and lists it in $OUT_DIR/pushed.txt. Runs the same locally and in CI, e.g. against
-# a local registry:
-#   docker-registry serve config.yml &   # http.addr 127.0.0.1:5000
-#   OS_IMAGES_REGISTRY=127.0.0.1:5000 ci/publish.sh recipes/hypervisor.yaml
+# a local registry (Debian's docker-registry config listens on :5000):
+#   docker-registry serve /etc/docker/registry/config.yml &
+#   OS_IMAGES_REGISTRY=127.0.0.1:5000 BUILDER=bin/builder \
+#     BUILD_FLAGS="--locked --exclude-layer dpservice" ci/publish.sh recipes/hypervisor.yaml
 #
 # Environment:
 #   OS_IMAGES_REGISTRY  registry host and optional path prefix (required)
@@ -36,13 +37,26 @@
 #   PUBLISH_ARCH        one architecture's job of the pipeline: build each
 #                       recipe built for it with --arch and push it alone as
 #                       <version>-<git sha7>-<arch> (no release tag); recipes
-#                       not built for it are skipped
+#                       not built for it are skipped. Each digest pushed is
+#                       listed in $OUT_DIR/staged.txt as <name>/<arch>@sha256:…
 #   PUBLISH_JOIN        the last job: the architectures (e.g. "amd64 arm64")
-#                       whose <version>-<git sha7>-<arch> images are pulled
-#                       back and joined with `builder index` into one index
-#                       under the release tags, SBOM and provenance attached
+#                       whose images are pulled back by the digests in
+#                       PUBLISH_STAGED, checked (builder inspect --verify,
+#                       signed by the build's --sign-cert if it has one) and
+#                       joined with `builder index` into one index under the
+#                       release tags, SBOM and provenance attached
+#   PUBLISH_STAGED      with PUBLISH_JOIN: the staged.txt lines of every
+#                       architecture's job (space-separated). The join pulls
+#                       those digests, never the <version>-<sha7>-<arch>
+#                       tags, which anyone who can push could move meanwhile
 #   PUBLISH_RECIPES     recipe files (space-separated) when no argument names
 #                       any; the workflow sets none (tests set a test recipe)
+# Without PUBLISH_ARCH and PUBLISH_JOIN a recipe of several architectures
+# (base.architectures) is built on this machine, each architecture into
+# $OUT_DIR/<name>/<arch> (a foreign one emulated: slow, but the same image),
+# and pushed as one index under the release tags, each architecture also
+# alone under <first tag>-<arch> (`builder push`); every tag is verified
+# and listed.
 # Arguments: recipe files; default $PUBLISH_RECIPES, else every
 # recipes/*.yaml that is not a test recipe (test.yaml, test-*.yaml,
 # *-test.yaml).
@@ -76,6 +90,7 @@ fi
 # attaches (DSSE envelopes that inspect --verify checks).
 signed=0
 sign_flags=()
+cert_flags=()
 for ((i = 0; i < ${#build_flags[@]}; i++)); do
 	f=${build_flags[i]}
 	case $f in
@@ -87,7 +102,21 @@ for ((i = 0; i < ${#build_flags[@]}; i++)); do
 	*) continue ;;
 	esac
 	if [[ $f == --sign-key* ]]; then signed=1; fi
+	if [[ $f == --sign-cert* ]]; then cert_flags=("${sign_flags[@]: -1}"); fi
 done
+# The certificate the joining job requires each stage signed with.
+if [[ ${#cert_flags[@]} -gt 0 ]]; then
+	if [[ ${cert_flags[0]} == --sign-cert=* ]]; then
+		cert_flags=("${cert_flags[0]}")
+	else
+		cert_flags=(--sign-cert "${cert_flags[0]}")
+	fi
+fi
+read -r -a staged <<<"${PUBLISH_STAGED:-}"
+if [[ ${#join[@]} -gt 0 && ${#staged[@]} -eq 0 ]]; then
+	echo "publish: PUBLISH_JOIN needs PUBLISH_STAGED (<name>/<arch>@sha256:… of each architecture's push): the join pulls by digest, never by tag" >&2
+	exit 1
+fi
 
 run() {
 	echo "+ $*" >&2
@@ -125,10 +154,33 @@ release_tags() {
 	esac
 }
 
-# stage_tag VERSION ARCH: the tag one architecture's job pushes and the
-# joining job reads.
+# stage_tag VERSION ARCH: the tag one architecture's job pushes (for
+# people: the joining job reads staged_digest).
 stage_tag() {
 	tag_safe "$1-$sha-$2" 128
+}
+
+# staged_digest NAME ARCH: the digest PUBLISH_STAGED gives for NAME/ARCH.
+staged_digest() {
+	local s found=
+	for s in "${staged[@]}"; do
+		if [[ ! $s =~ ^[a-z0-9._-]+/[a-z0-9]+@sha256:[0-9a-f]{64}$ ]]; then
+			echo "publish: PUBLISH_STAGED: \"$s\" is not <name>/<arch>@sha256:<64 hex>" >&2
+			exit 1
+		fi
+		if [[ ${s%@*} == "$1/$2" ]]; then
+			if [[ -n $found && $found != "${s#*@}" ]]; then
+				echo "publish: PUBLISH_STAGED names two digests for $1/$2" >&2
+				exit 1
+			fi
+			found=${s#*@}
+		fi
+	done
+	if [[ -z $found ]]; then
+		echo "publish: PUBLISH_STAGED has no digest for $1/$2: did its job push it?" >&2
+		exit 1
+	fi
+	echo "$found"
 }
 
 # builds_for RECIPE ARCH: whether the recipe is built for ARCH (its
@@ -166,6 +218,8 @@ fi
 mkdir -p "$out_dir"
 pushed_list="$out_dir/pushed.txt"
 : >"$pushed_list"
+staged_list="$out_dir/staged.txt"
+if [[ -n $arch ]]; then : >"$staged_list"; fi
 
 for recipe in "${recipes[@]}"; do
 	name=$(top_level name "$recipe")
@@ -186,8 +240,13 @@ for recipe in "${recipes[@]}"; do
 		dirs=()
 		for a in "${join[@]}"; do
 			builds_for "$recipe" "$a" || continue
+			stage="$repo@$(staged_digest "$name" "$a")"
 			rm -rf "$output-$a"
-			run "${builder[@]}" pull ${net_flags[@]+"${net_flags[@]}"} --arch "$a" "$repo:$(stage_tag "$version" "$a")" "$output-$a"
+			run "${builder[@]}" pull ${net_flags[@]+"${net_flags[@]}"} --arch "$a" "$stage" "$output-$a"
+			# The key signs nothing it has not checked: the stage's SBOM
+			# and provenance attached and signed with the build's
+			# certificate, the image the one its job pushed.
+			run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "$output-$a" ${cert_flags[@]+"${cert_flags[@]}"} "$stage" >/dev/null
 			dirs+=("$output-$a")
 		done
 		if [[ ${#dirs[@]} -eq 0 ]]; then
@@ -220,7 +279,14 @@ for recipe in "${recipes[@]}"; do
 	if [[ ${#join[@]} -gt 0 ]]; then
 		run "${builder[@]}" index ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" ${extra[@]+"${extra[@]}"} "${dirs[@]}" "$repo:${tags[0]}"
 	else
-		run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" ${extra[@]+"${extra[@]}"} "$output" "$repo:${tags[0]}"
+		digest=$(run "${builder[@]}" push ${net_flags[@]+"${net_flags[@]}"} ${sign_flags[@]+"${sign_flags[@]}"} "${provenance[@]}" ${extra[@]+"${extra[@]}"} "$output" "$repo:${tags[0]}")
+		if [[ -n $arch && ${DRY_RUN:-} != 1 ]]; then
+			if [[ ! $digest =~ ^sha256:[0-9a-f]{64}$ ]]; then
+				echo "publish: $recipe: builder push printed \"$digest\", not a digest" >&2
+				exit 1
+			fi
+			echo "$name/$arch@$digest" >>"$staged_list"
+		fi
 	fi
 	verify=$(
 		IFS=,
@@ -228,9 +294,21 @@ for recipe in "${recipes[@]}"; do
 	)
 	# Every tag must now name exactly this output, SBOM and provenance
 	# attached: no tag is trusted to be right because the push said so.
-	for tag in "${tags[@]}"; do
-		run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "$verify" "$repo:$tag" >/dev/null
-		echo "$repo:$tag" >>"$pushed_list"
+	checks=()
+	for tag in "${tags[@]}"; do checks+=("$verify" "$tag"); done
+	# An output of several architectures built here: push also put each
+	# architecture alone under <first tag>-<arch>.
+	if [[ ${#join[@]} -eq 0 && -z $arch && ! -e $output/manifest.json ]]; then
+		for m in "$output"/*/manifest.json; do
+			[[ -e $m ]] || continue
+			a=$(basename "$(dirname "$m")")
+			checks+=("$output/$a" "${tags[0]}-$a")
+			tags+=("${tags[0]}-$a")
+		done
+	fi
+	for ((i = 0; i < ${#checks[@]}; i += 2)); do
+		run "${builder[@]}" inspect ${net_flags[@]+"${net_flags[@]}"} --verify "${checks[i]}" "$repo:${checks[i + 1]}" >/dev/null
+		echo "$repo:${checks[i + 1]}" >>"$pushed_list"
 	done
 	echo "publish: $recipe -> $repo:{$(
 		IFS=,

@@ -24,13 +24,18 @@ func Push(ctx context.Context, dir, ref string, opts Options) (v1.Hash, error) {
 	return PushDirs(ctx, []string{dir}, ref, opts)
 }
 
-// PushDirs publishes several output directories (one per architecture) as
+// PushDirs publishes several output directories (one per architecture, or
+// one of several architectures: OutputDirs) as
 // one index: per architecture the v1 manifest first (what boot-operator
 // and ironcore-image v0.5.0 resolve), then the IronCore Image V2 kinds
 // unless opts.NoV2 or the build's recipe turned them off.
 func PushDirs(ctx context.Context, dirs []string, ref string, opts Options) (v1.Hash, error) {
 	if len(dirs) == 0 {
 		return v1.Hash{}, errors.New("no output directory to push")
+	}
+	dirs, err := expandOutputs(dirs)
+	if err != nil {
+		return v1.Hash{}, err
 	}
 	idx, err := osimage.NewIndexOf(osimage.IndexOptions{NoV2: opts.NoV2}, dirs...)
 	if err != nil {
@@ -55,12 +60,27 @@ func PushDirs(ctx context.Context, dirs []string, ref string, opts Options) (v1.
 }
 
 // pushRemote writes the index and its tags, then attaches the SBOM and the
-// provenance to the index digest as OCI referrers (docs/image-format.md,
+// provenance (made and, with a key, signed first) to the index digest as OCI referrers (docs/image-format.md,
 // "Attestations").
 func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.Reference, opts Options) (v1.Hash, error) {
 	digest, err := idx.Digest()
 	if err != nil {
 		return v1.Hash{}, err
+	}
+	// Made (and signed) before anything is pushed: an output the key must
+	// not vouch for pushes nothing.
+	subject, err := partial.Descriptor(idx)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	atts, err := Attestations(dirs, ref.Context().Name(), digest.String(), opts.Provenance)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if opts.Signer != nil {
+		if atts, err = signAttestations(atts, dirs, opts); err != nil {
+			return v1.Hash{}, err
+		}
 	}
 	ropts := opts.remoteOptions(ctx)
 	if err := writeSharedBlobs(ctx, func() error { return remote.WriteIndex(ref, idx, ropts...) }); err != nil {
@@ -73,27 +93,6 @@ func pushRemote(ctx context.Context, idx v1.ImageIndex, dirs []string, ref name.
 		}
 		if err := remote.Tag(t, idx, ropts...); err != nil {
 			return digest, fmt.Errorf("tag %s: %w", t, err)
-		}
-	}
-	subject, err := partial.Descriptor(idx)
-	if err != nil {
-		return digest, err
-	}
-	atts, err := Attestations(dirs, ref.Context().Name(), digest.String(), opts.Provenance)
-	if err != nil {
-		return digest, err
-	}
-	if opts.Signer != nil {
-		var manifests []*osimage.BuildManifest
-		for _, d := range dirs {
-			m, err := osimage.ReadManifest(d)
-			if err != nil {
-				return digest, err
-			}
-			manifests = append(manifests, m)
-		}
-		if atts, err = signAttestations(atts, manifests, opts); err != nil {
-			return digest, err
 		}
 	}
 	if _, err := pushReferrers(ctx, ref.Context(), *subject, atts, opts); err != nil {

@@ -50,15 +50,22 @@ const AnnotationSigningCert = "org.ironcore.image.attestation.certificate"
 // signAttestations wraps each attestation in a DSSE envelope signed by
 // opts.Signer. The certificate must be the one the outputs' UKIs are
 // signed with, where they are: one key vouches for the image.
-func signAttestations(atts []Attestation, manifests []*osimage.BuildManifest, opts Options) ([]Attestation, error) {
+func signAttestations(atts []Attestation, dirs []string, opts Options) ([]Attestation, error) {
 	if opts.SignCert == nil {
 		return nil, errors.New("signing attestations: no certificate for the key")
 	}
 	id := CertificateID(opts.SignCert)
-	for _, m := range manifests {
+	for _, d := range dirs {
+		m, err := osimage.ReadManifest(d)
+		if err != nil {
+			return nil, err
+		}
 		if sb := m.SecureBoot; sb != nil && sb.Signed && sb.CertificateSHA256 != "" && sb.CertificateSHA256 != id {
 			return nil, fmt.Errorf("signing attestations: certificate %s is not the certificate the %s/%s output was signed with (%s)", id, m.Recipe, m.Architecture, sb.CertificateSHA256)
 		}
+	}
+	if err := checkUKISignatures(dirs, opts.SignCert); err != nil {
+		return nil, fmt.Errorf("signing attestations: %w", err)
 	}
 	out := make([]Attestation, len(atts))
 	for i, a := range atts {

@@ -54,6 +54,7 @@ type publishRun struct {
 	branch string
 	flags  string // BUILD_FLAGS
 	env    []string
+	outDir string // OUT_DIR; empty: a temporary directory
 }
 
 // runPublish runs ci/publish.sh with the real builder for push and
@@ -61,6 +62,16 @@ type publishRun struct {
 // package tests publishing, the builder's tests the build). It returns
 // the references publish.sh reports as pushed and its output.
 func runPublish(t *testing.T, host string, r publishRun) ([]string, string) {
+	t.Helper()
+	pushed, log, err := tryPublish(t, host, r)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	return pushed, log
+}
+
+// tryPublish is runPublish for a run that may fail: its error.
+func tryPublish(t *testing.T, host string, r publishRun) ([]string, string, error) {
 	t.Helper()
 	tmp := t.TempDir()
 	real := builderBinary(t)
@@ -78,7 +89,10 @@ exec %[2]q "$@"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	outDir := filepath.Join(tmp, "out")
+	outDir := r.outDir
+	if outDir == "" {
+		outDir = filepath.Join(tmp, "out")
+	}
 	cmd := exec.Command("bash", "../ci/publish.sh", r.recipe)
 	cmd.Env = append(os.Environ(),
 		"OS_IMAGES_REGISTRY="+host+"/"+r.prefix, "OS_IMAGES_INSECURE=1", "BUILDER="+wrapper,
@@ -87,13 +101,13 @@ exec %[2]q "$@"
 	cmd.Env = append(cmd.Env, r.env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("publish.sh: %v\n%s", err, out)
+		return nil, string(out), fmt.Errorf("publish.sh: %w", err)
 	}
 	b, err := os.ReadFile(filepath.Join(outDir, "pushed.txt"))
 	if err != nil {
-		t.Fatalf("publish.sh wrote no pushed.txt: %v\n%s", err, out)
+		return nil, string(out), fmt.Errorf("publish.sh wrote no pushed.txt: %w", err)
 	}
-	return strings.Fields(string(b)), string(out)
+	return strings.Fields(string(b)), string(out), nil
 }
 
 // TestPublishScript runs ci/publish.sh against the real registry with a
@@ -104,7 +118,6 @@ exec %[2]q "$@"
 func TestPublishScript(t *testing.T) {
 	host := requireRegistry(t)
 	tmp := t.TempDir()
-	fake := outputDir(t, "amd64")
 	recipe := filepath.Join(tmp, "hypervisor.yaml")
 	if err := os.WriteFile(recipe, []byte("name: hypervisor\nversion: \"1.2.0\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -113,18 +126,21 @@ func TestPublishScript(t *testing.T) {
 	if err := uki.GenerateKey(keys, "publish test"); err != nil {
 		t.Fatal(err)
 	}
+	// The key signs only outputs whose UKIs it signed.
+	signedFake := signedOutputDir(t, "amd64", keys)
 	// The build is faked; push signs the SBOM and provenance with the key.
 	signFlags := fmt.Sprintf("--sign-key %s --sign-cert %s", filepath.Join(keys, uki.KeyFile), filepath.Join(keys, uki.CertFile))
 	for _, tc := range []struct {
 		branch   string
+		output   string
 		flags    string
 		tags     []string
 		unsigned bool
 	}{
-		{"feature", "", []string{"1.2.0-0123456-feature"}, true},
-		{"main", signFlags, []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
+		{"feature", outputDir(t, "amd64"), "", []string{"1.2.0-0123456-feature"}, true},
+		{"main", signedFake, signFlags, []string{"1.2.0", "1.2.0-0123456", "latest"}, false},
 	} {
-		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: fake, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
+		pushed, log := runPublish(t, host, publishRun{recipe: recipe, output: tc.output, prefix: "script-" + tc.branch, branch: tc.branch, flags: tc.flags})
 		repo := host + "/script-" + tc.branch + "/os-images/hypervisor"
 		var want []string
 		for _, tag := range tc.tags {

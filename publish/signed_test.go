@@ -5,12 +5,13 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ironcore-dev/os-builder/internal/testutil"
 	"github.com/ironcore-dev/os-builder/osimage"
+	"github.com/ironcore-dev/os-builder/osimage/osimagetest"
 	"github.com/ironcore-dev/os-builder/publish"
 	"github.com/ironcore-dev/os-builder/uki"
 )
@@ -29,20 +30,52 @@ func testSigner(t *testing.T) (crypto.Signer, *x509.Certificate) {
 	return key, cert
 }
 
-// signedOutput is an output whose UKIs manifest.json says cert signed.
-func signedOutput(t *testing.T, cert *x509.Certificate) string {
+// hostStubPath is the host's systemd-stub (package systemd-boot-efi).
+const hostStubPath = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+
+// ukiOutput is an output of arch whose uki.efi is a real UKI (the host's
+// systemd-stub, the fake kernel and initrd), Authenticode-signed with
+// signer and signCert unless signer is nil, and whose manifest.json's
+// secureBoot claims the certificate claim signed it (nil: unsigned).
+func ukiOutput(t *testing.T, arch string, signer crypto.Signer, signCert, claim *x509.Certificate) string {
 	t.Helper()
-	out := outputDir(t, "amd64")
-	m, err := osimage.ReadManifest(out)
+	testutil.RequireFiles(t, hostStubPath)
+	out := outputDir(t, arch)
+	img, err := uki.Build(uki.Options{
+		Stub: testutil.ReadFile(t, hostStubPath), Kernel: osimagetest.Content(osimage.KindKernel, arch),
+		Initrd: osimagetest.Content(osimage.KindInitrd, arch), Cmdline: osimagetest.Cmdline, SourceDateEpoch: 1700000000,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SecureBoot = &osimage.SecureBoot{Signed: true, Certificate: cert.Subject.String(), CertificateSHA256: publish.CertificateID(cert)}
-	b, _ := json.MarshalIndent(m, "", "  ")
-	if err := os.WriteFile(filepath.Join(out, osimage.ManifestFile), b, 0o644); err != nil {
-		t.Fatal(err)
+	if signer != nil {
+		if img, err = uki.Sign(img, signer, signCert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WriteFile(t, out, osimagetest.DefaultFiles[osimage.KindUKI], img)
+	rewriteManifest(t, out)
+	if claim != nil {
+		m, err := osimage.ReadManifest(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SecureBoot = &osimage.SecureBoot{Signed: true, Certificate: claim.Subject.String(), CertificateSHA256: publish.CertificateID(claim)}
+		b, _ := json.MarshalIndent(m, "", "  ")
+		testutil.WriteFile(t, out, osimage.ManifestFile, b)
 	}
 	return out
+}
+
+// signedOutputDir is ukiOutput of arch signed with the key pair `builder
+// genkey` wrote into keys, as a build with --sign-key makes it.
+func signedOutputDir(t *testing.T, arch, keys string) string {
+	t.Helper()
+	key, cert, err := uki.LoadSigner(filepath.Join(keys, uki.KeyFile), filepath.Join(keys, uki.CertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ukiOutput(t, arch, key, cert, cert)
 }
 
 // TestSignedAttestations: the SBOM and provenance were unsigned referrers
@@ -52,7 +85,11 @@ func signedOutput(t *testing.T, cert *x509.Certificate) string {
 // certificate the output was signed with (manifest.json's secureBoot) or
 // the one it is given: unsigned attestations of a signed output, another
 // key's signature, or a push with another certificate than the output's
-// fail. Signing is deterministic: pushing again attaches nothing new.
+// fail. The key signs the attestations only of outputs whose UKIs it
+// signed, read from the UKIs themselves (finding 5 of issue 27): an
+// unsigned UKI, or one another key signed, is refused whatever
+// manifest.json claims, and nothing is pushed. Signing is deterministic:
+// pushing again attaches nothing new.
 func TestSignedAttestations(t *testing.T) {
 	host := requireRegistry(t)
 	ctx := context.Background()
@@ -68,8 +105,9 @@ func TestSignedAttestations(t *testing.T) {
 		o.VerifyCert = c
 		return o
 	}
-	signedOut := signedOutput(t, cert)
-	unsignedOut := outputDir(t, "amd64")
+	signedOut := ukiOutput(t, "amd64", key, cert, cert)
+	unsignedOut := ukiOutput(t, "amd64", nil, nil, nil)
+	signedNoClaim := ukiOutput(t, "amd64", key, cert, nil)
 	tests := []struct {
 		name       string
 		out        string
@@ -82,9 +120,12 @@ func TestSignedAttestations(t *testing.T) {
 		{"signed output, signed attestations", signedOut, signedWith(key, cert), "", insecure, "", true},
 		{"signed output, unsigned attestations", signedOut, insecure, "", insecure, "not signed", false},
 		{"signed output, another key", signedOut, signedWith(otherKey, otherCert), "not the certificate", insecure, "", false},
-		{"unsigned output, signed attestations", unsignedOut, signedWith(key, cert), "", insecure, "", true},
-		{"pinned certificate", unsignedOut, signedWith(key, cert), "", verifyWith(cert), "", true},
-		{"pinned other certificate", unsignedOut, signedWith(key, cert), "", verifyWith(otherCert), "signed with certificate", true},
+		{"unsigned output, signed attestations", unsignedOut, signedWith(key, cert), "no Authenticode signature", insecure, "", false},
+		{"claims the key, UKI unsigned", ukiOutput(t, "amd64", nil, nil, cert), signedWith(key, cert), "uki.efi: not signed with certificate", insecure, "", false},
+		{"claims the key, UKI signed by another", ukiOutput(t, "amd64", otherKey, otherCert, cert), signedWith(key, cert), "uki.efi: not signed with certificate", insecure, "", false},
+		{"no UKI, signed attestations", outputDir(t, "amd64", osimage.KindKernel, osimage.KindInitrd), signedWith(key, cert), "", insecure, "", true},
+		{"pinned certificate", signedNoClaim, signedWith(key, cert), "", verifyWith(cert), "", true},
+		{"pinned other certificate", signedNoClaim, signedWith(key, cert), "", verifyWith(otherCert), "signed with certificate", true},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +134,9 @@ func TestSignedAttestations(t *testing.T) {
 			if tc.pushErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.pushErr) {
 					t.Fatalf("push: %v, want %q", err, tc.pushErr)
+				}
+				if _, err := publish.Inspect(ctx, ref, insecure); err == nil {
+					t.Errorf("a refused push pushed %s", ref)
 				}
 				return
 			}

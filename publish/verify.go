@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ironcore-dev/os-builder/osimage"
 )
@@ -104,6 +107,10 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 	if len(dirs) == 0 {
 		return nil, errors.New("verify: no output directory")
 	}
+	dirs, err := expandOutputs(dirs)
+	if err != nil {
+		return nil, err
+	}
 	ins, err := Inspect(ctx, ref, opts)
 	if err != nil {
 		return nil, err
@@ -120,7 +127,7 @@ func Verify(ctx context.Context, ref string, dirs []string, opts Options) (*Insp
 		return nil, err
 	}
 	if ins.Digest != want.String() {
-		return ins, fmt.Errorf("%s is %s, the outputs %s make %s: %s", ref, ins.Digest, strings.Join(dirs, ", "), want, layerDiff(ins, dirs))
+		return ins, fmt.Errorf("%s is %s, the outputs %s make %s: %s", ref, ins.Digest, strings.Join(dirs, ", "), want, archDiff(ins, local, dirs))
 	}
 	t, err := ParseTarget(ref, opts)
 	if err != nil || t.Remote == nil {
@@ -189,37 +196,90 @@ func sbomCovers(doc *SPDXDocument, m *osimage.BuildManifest) error {
 	return nil
 }
 
-// layerDiff names the layers whose digest differs between ins and the
-// images of dirs, for the error message.
-func layerDiff(ins *Inspection, dirs []string) string {
+// archDiff names, per architecture, the manifests of ins (v1 and V2)
+// that differ from those the outputs make (local, of dirs), and the files
+// of each output that differ from the pushed v1 manifest's layers, for
+// the error message.
+func archDiff(ins *Inspection, local v1.ImageIndex, dirs []string) string {
+	im, err := local.IndexManifest()
+	if err != nil {
+		return err.Error()
+	}
+	made := map[string]map[string]string{} // arch -> kind -> digest
+	for _, d := range im.Manifests {
+		img, err := local.Image(d.Digest)
+		if err != nil {
+			return err.Error()
+		}
+		p := platformImage{desc: d, img: img}
+		if made[p.arch()] == nil {
+			made[p.arch()] = map[string]string{}
+		}
+		made[p.arch()][p.kind()] = d.Digest.String()
+	}
+	pushed := map[string][]InspectedManifest{}
+	var archs []string
+	for _, m := range ins.Manifests {
+		a := m.Platform[strings.LastIndex(m.Platform, "/")+1:]
+		if pushed[a] == nil {
+			archs = append(archs, a)
+		}
+		pushed[a] = append(pushed[a], m)
+	}
 	var diffs []string
 	for _, d := range dirs {
 		m, err := osimage.ReadManifest(d)
 		if err != nil {
 			return err.Error()
 		}
-		var im *InspectedManifest
-		for i := range ins.Manifests {
-			if ins.Manifests[i].Kind == KindV1 && strings.HasSuffix(ins.Manifests[i].Platform, "/"+m.Architecture) {
-				im = &ins.Manifests[i]
-			}
-		}
-		if im == nil {
-			diffs = append(diffs, "no "+m.Architecture+" image")
+		a := m.Architecture
+		if len(pushed[a]) == 0 {
+			diffs = append(diffs, "no "+a+" image")
 			continue
 		}
-		pushed := map[string]string{}
-		for _, l := range im.Layers {
-			pushed[l.Title] = l.Digest
-		}
-		for _, a := range m.Artifacts {
-			if got := pushed[a.Path]; got != "sha256:"+a.SHA256 {
-				diffs = append(diffs, fmt.Sprintf("%s is %s, manifest.json says sha256:%s", a.Path, orDash(got), a.SHA256))
+		want := made[a]
+		for _, p := range pushed[a] {
+			switch w, ok := want[p.Kind]; {
+			case !ok:
+				diffs = append(diffs, fmt.Sprintf("%s %s manifest %s is none %s makes", a, p.Kind, p.Digest, d))
+			case w != p.Digest:
+				diffs = append(diffs, fmt.Sprintf("%s %s manifest is %s, %s makes %s", a, p.Kind, p.Digest, d, w))
 			}
+		}
+		for kind, w := range want {
+			if !slices.ContainsFunc(pushed[a], func(p InspectedManifest) bool { return p.Kind == kind }) {
+				diffs = append(diffs, fmt.Sprintf("%s has no %s manifest, %s makes %s", a, kind, d, w))
+			}
+		}
+		diffs = append(diffs, layerDiff(pushed[a], d, m)...)
+	}
+	for _, a := range archs {
+		if made[a] == nil {
+			diffs = append(diffs, fmt.Sprintf("%s: the index has %d manifests no output makes", a, len(pushed[a])))
 		}
 	}
 	if len(diffs) == 0 {
-		return "manifest, config or annotations differ"
+		return "the index's annotations or order differ"
 	}
 	return strings.Join(diffs, "; ")
+}
+
+// layerDiff names the artifacts of the output d (its build manifest m)
+// whose digest differs from the layers of its pushed v1 manifest.
+func layerDiff(pushed []InspectedManifest, d string, m *osimage.BuildManifest) []string {
+	i := slices.IndexFunc(pushed, func(p InspectedManifest) bool { return p.Kind == KindV1 })
+	if i < 0 {
+		return nil
+	}
+	layers := map[string]string{}
+	for _, l := range pushed[i].Layers {
+		layers[l.Title] = l.Digest
+	}
+	var diffs []string
+	for _, a := range m.Artifacts {
+		if got := layers[a.Path]; got != "sha256:"+a.SHA256 {
+			diffs = append(diffs, fmt.Sprintf("%s is %s, %s says sha256:%s", filepath.Join(d, a.Path), orDash(got), filepath.Join(d, osimage.ManifestFile), a.SHA256))
+		}
+	}
+	return diffs
 }

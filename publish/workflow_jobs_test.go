@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -41,6 +42,7 @@ type actionsWorkflow struct {
 type actionsJob struct {
 	Needs    yaml.Node         `yaml:"needs"`
 	Env      map[string]string `yaml:"env"`
+	Outputs  map[string]string `yaml:"outputs"`
 	Strategy struct {
 		Matrix struct {
 			Include []map[string]string `yaml:"include"`
@@ -50,6 +52,7 @@ type actionsJob struct {
 }
 
 type actionsStep struct {
+	ID   string            `yaml:"id"`
 	Name string            `yaml:"name"`
 	If   string            `yaml:"if"`
 	Uses string            `yaml:"uses"`
@@ -140,19 +143,22 @@ func runnerEnv() []string {
 // -eo pipefail in $GITHUB_WORKSPACE, the job's env, then the step's, then
 // what earlier steps wrote to $GITHUB_ENV; after a failure only steps with
 // if: always() run. Steps that use an action are the runner's (checkout
-// is the workspace, setup-go this test's Go). It returns the log and the
-// first failure.
-func (j jobRun) run(t *testing.T) (string, error) {
+// is the workspace, setup-go this test's Go). It returns the log, the
+// job's outputs (its outputs: evaluated over what steps with an id wrote
+// to $GITHUB_OUTPUT; an output no step set is empty, and left out, as on
+// GitHub) and the first failure.
+func (j jobRun) run(t *testing.T) (string, map[string]string, error) {
 	t.Helper()
 	var log strings.Builder
 	runnerTemp := filepath.Join(j.workspace, ".runner-temp")
 	if err := os.MkdirAll(runnerTemp, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	githubEnv := filepath.Join(runnerTemp, "github_env")
 	if err := os.WriteFile(githubEnv, nil, 0o644); err != nil {
-		return "", err
+		return "", nil, err
 	}
+	stepOutputs := map[string]string{} // steps.ID.outputs.NAME -> value
 	// ghcr.io is this test's registry: images and the step cache alike.
 	value := func(v string) string {
 		return strings.ReplaceAll(expressions(t, v, j.ctx), "ghcr.io/", j.registry+"/")
@@ -175,9 +181,14 @@ func (j jobRun) run(t *testing.T) (string, error) {
 		}
 		written, err := readGitHubEnv(githubEnv)
 		if err != nil {
-			return log.String(), fmt.Errorf("%s: $GITHUB_ENV: %w", j.name, err)
+			return log.String(), nil, fmt.Errorf("%s: $GITHUB_ENV: %w", j.name, err)
 		}
 		env = append(env, written...)
+		githubOutput := filepath.Join(runnerTemp, fmt.Sprintf("github_output_%d", len(stepOutputs)))
+		if err := os.WriteFile(githubOutput, nil, 0o644); err != nil {
+			return log.String(), nil, err
+		}
+		env = append(env, "GITHUB_OUTPUT="+githubOutput)
 		cmd := exec.Command("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", value(st.Run))
 		cmd.Dir, cmd.Env = j.workspace, env
 		start := time.Now()
@@ -186,8 +197,29 @@ func (j jobRun) run(t *testing.T) (string, error) {
 		if err != nil && failed == nil {
 			failed = fmt.Errorf("%s: step %q: %w", j.name, st.Name, err)
 		}
+		set, err := readGitHubEnv(githubOutput)
+		if err != nil {
+			return log.String(), nil, fmt.Errorf("%s: step %q: $GITHUB_OUTPUT: %w", j.name, st.Name, err)
+		}
+		for _, kv := range set {
+			k, v, _ := strings.Cut(kv, "=")
+			if st.ID == "" {
+				return log.String(), nil, fmt.Errorf("%s: step %q writes output %s but has no id", j.name, st.Name, k)
+			}
+			stepOutputs["steps."+st.ID+".outputs."+k] = v
+		}
 	}
-	return log.String(), failed
+	outputs := map[string]string{}
+	for name, expr := range j.job.Outputs {
+		ctx := maps(j.ctx)
+		for _, m := range regexp.MustCompile(`steps\.[\w-]+\.outputs\.[\w-]+`).FindAllString(expr, -1) {
+			ctx[m] = stepOutputs[m]
+		}
+		if v := expressions(t, expr, ctx); v != "" {
+			outputs[name] = v
+		}
+	}
+	return log.String(), outputs, failed
 }
 
 // readGitHubEnv reads the NAME=value lines steps appended to $GITHUB_ENV
@@ -280,7 +312,10 @@ func githubContext(t *testing.T, keys string) map[string]string {
 // (PUBLISH_RECIPES, the one variable the test adds; the workflow publishes
 // the hypervisor, TestWorkflowPublishesHypervisor), signed with the key
 // the step writes from its secrets, steps pushed to the registry cache
-// ($OSB_CACHE_REPO). Then the index job joins them. The joined index is
+// ($OSB_CACHE_REPO), each handing on the digest it pushed (job outputs).
+// Then, after the arm64 stage tag was moved to another image, the index
+// job joins them: by those digests, so the move changes nothing (finding
+// 5 of issue 27). The joined index is
 // read as IronCore reads it: ironcore-image v0.5.0 pulls it per platform
 // and boot-operator's resolution (first manifest whose
 // platform.architecture matches) finds that architecture's kernel and
@@ -305,6 +340,7 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 	type built struct {
 		workspace string
 		log       string
+		outputs   map[string]string
 		err       error
 		took      time.Duration
 	}
@@ -323,8 +359,8 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			s := time.Now()
-			log, err := j.run(t)
-			results[i] = built{j.workspace, log, err, time.Since(s)}
+			log, outputs, err := j.run(t)
+			results[i] = built{j.workspace, log, outputs, err, time.Since(s)}
 		}()
 	}
 	wg.Wait()
@@ -366,10 +402,56 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 		checkCacheSigned(t, cacheRepo, tags[0], filepath.Join(keys, "cache", uki.CertFile), filepath.Join(keys, uki.CertFile))
 	}
 
+	// The digests the build jobs hand on (their outputs, combined as
+	// GitHub combines a matrix's), each what its stage tag holds now.
+	prefix := host + "/ironcore-dev/os-images/test:"
+	ctx := context.Background()
+	indexCtx := maps(gh)
+	stagedV1 := map[string]string{} // arch -> the v1 manifest its job pushed
+	for i, r := range results {
+		arch := matrix[i]["arch"]
+		stage, err := publish.Inspect(ctx, fmt.Sprintf("%s0.1.0-0123456-%s", prefix, arch), insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stagedV1[arch] = stage.Manifests[0].Digest
+		if want := map[string]string{arch: "test/" + arch + "@" + stage.Digest}; !reflect.DeepEqual(r.outputs, want) {
+			t.Errorf("build (%s) outputs %v, want %v", arch, r.outputs, want)
+		}
+		for k, v := range r.outputs {
+			if old, ok := indexCtx["needs."+buildJob+".outputs."+k]; ok && old != v {
+				t.Fatalf("two build jobs set output %s: %q and %q", k, old, v)
+			}
+			indexCtx["needs."+buildJob+".outputs."+k] = v
+		}
+	}
+	for name := range wf.Jobs[buildJob].Outputs {
+		if _, ok := indexCtx["needs."+buildJob+".outputs."+name]; !ok {
+			indexCtx["needs."+buildJob+".outputs."+name] = "" // unset: empty, as on GitHub
+		}
+	}
+	// Someone with packages: write moves the arm64 stage tag (here to
+	// the amd64 image) before the index job runs.
+	amd64Stage, err := name.ParseReference(prefix+"0.1.0-0123456-amd64", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	amd64Index, err := remote.Index(amd64Stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm64Tag, err := name.NewTag(prefix+"0.1.0-0123456-arm64", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Tag(arm64Tag, amd64Index); err != nil {
+		t.Fatal(err)
+	}
+
 	// The index job.
 	start = time.Now()
-	index := jobRun{name: indexJob, job: wf.Jobs[indexJob], ctx: gh, registry: host, workspace: newWorkspace(t, bin), extraEnv: recipeEnv}
-	log, err := index.run(t)
+	index := jobRun{name: indexJob, job: wf.Jobs[indexJob], ctx: indexCtx, registry: host, workspace: newWorkspace(t, bin), extraEnv: recipeEnv}
+	log, _, err := index.run(t)
 	t.Logf("index job: %s\n%s", time.Since(start).Round(time.Millisecond), log)
 	if err != nil {
 		t.Fatal(err)
@@ -381,12 +463,10 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := host + "/ironcore-dev/os-images/test:"
 	want := []string{prefix + "0.1.0", prefix + "0.1.0-0123456", prefix + "latest"}
 	if got := strings.Fields(string(pushed)); !slices.Equal(got, want) {
 		t.Fatalf("index job pushed %q, want %q", got, want)
 	}
-	ctx := context.Background()
 	ins, err := publish.Inspect(ctx, want[0], insecure)
 	if err != nil {
 		t.Fatal(err)
@@ -408,18 +488,14 @@ func TestWorkflowJobsEndToEnd(t *testing.T) {
 	ii := ironcoreImagePlatformBinary(t)
 	for _, arch := range []string{"amd64", "arm64"} {
 		m := outputs[arch]
-		staged, err := publish.Inspect(ctx, fmt.Sprintf("%s0.1.0-0123456-%s", prefix, arch), insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
 		v1 := ""
 		for _, im := range ins.Manifests {
 			if im.Kind == publish.KindV1 && im.Platform == "linux/"+arch && v1 == "" {
 				v1 = im.Digest
 			}
 		}
-		if v1 == "" || v1 != staged.Manifests[0].Digest {
-			t.Errorf("%s: joined index's v1 manifest %q, the %s job pushed %s", arch, v1, arch, staged.Manifests[0].Digest)
+		if v1 == "" || v1 != stagedV1[arch] {
+			t.Errorf("%s: joined index's v1 manifest %q, the %s job pushed %s", arch, v1, arch, stagedV1[arch])
 		}
 
 		// ironcore-image v0.5.0, asked for linux/ARCH.
@@ -650,5 +726,25 @@ func checkCacheSigned(t *testing.T, repo, key, cacheCert, otherCert string) {
 		if !tc.ok && !errors.Is(err, cacheremote.ErrUntrusted) {
 			t.Errorf("cache entry %.12s, trusting another key: %v, want ErrUntrusted", key, err)
 		}
+	}
+}
+
+// TestJobRunnerOutputs: the test's job runner hands on a job's outputs as
+// GitHub does: evaluated over what steps with an id wrote to
+// $GITHUB_OUTPUT, an output no step set left out (a matrix job sets only
+// its own architecture's), a step without an id writing one refused.
+func TestJobRunnerOutputs(t *testing.T) {
+	job := actionsJob{
+		Outputs: map[string]string{"amd64": "${{ steps.s.outputs.amd64 }}", "arm64": "${{ steps.s.outputs.arm64 }}"},
+		Steps:   []actionsStep{{ID: "s", Name: "hand on", Run: `echo "amd64=test/amd64@sha256:00" >> "$GITHUB_OUTPUT"`}},
+	}
+	j := jobRun{name: "build", job: job, ctx: map[string]string{}, workspace: t.TempDir()}
+	_, outputs, err := j.run(t)
+	if err != nil || !reflect.DeepEqual(outputs, map[string]string{"amd64": "test/amd64@sha256:00"}) {
+		t.Errorf("outputs %v, %v", outputs, err)
+	}
+	j.job.Steps[0].ID = ""
+	if _, _, err := j.run(t); err == nil || !strings.Contains(err.Error(), "has no id") {
+		t.Errorf("a step without an id wrote an output: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -413,7 +414,9 @@ func pathDir(p string) string {
 
 // publishModes is the environment a job hands ci/publish.sh that chooses
 // its mode: PUBLISH_JOIN as written, PUBLISH_ARCH from the matrix as amd64
-// (the architecture every recipe is built for).
+// (the architecture every recipe is built for), PUBLISH_STAGED (the build
+// jobs' outputs) a made-up digest for every published recipe and joined
+// architecture.
 func publishModes(env map[string]string) []string {
 	var out []string
 	if v, ok := env["PUBLISH_ARCH"]; ok {
@@ -424,6 +427,21 @@ func publishModes(env map[string]string) []string {
 	}
 	if v, ok := env["PUBLISH_JOIN"]; ok {
 		out = append(out, "PUBLISH_JOIN="+v)
+		if _, ok := env["PUBLISH_STAGED"]; ok {
+			var staged []string
+			files, _ := filepath.Glob("../recipes/*.yaml")
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				m := regexp.MustCompile(`(?m)^name:\s*"?([a-z0-9._-]+)`).FindSubmatch(b)
+				if m == nil || strings.HasPrefix(filepath.Base(f), "test") || strings.HasSuffix(f, "-test.yaml") {
+					continue
+				}
+				for _, a := range strings.Fields(v) {
+					staged = append(staged, string(m[1])+"/"+a+"@sha256:"+strings.Repeat("0", 64))
+				}
+			}
+			out = append(out, "PUBLISH_STAGED="+strings.Join(staged, " "))
+		}
 	}
 	return out
 }
@@ -588,5 +606,38 @@ func TestWorkflowRegistryCache(t *testing.T) {
 	}
 	if builds == 0 {
 		t.Errorf("no job builds")
+	}
+}
+
+// TestWorkflowDigestHandOff (finding 5 of issue 27): each architecture's
+// job hands on the digests it pushed as a job output of its own (one per
+// matrix architecture, set by a step with an id through $GITHUB_OUTPUT),
+// and the index job gives ci/publish.sh every one of them as
+// PUBLISH_STAGED, so the join pulls digests, not tags.
+// TestWorkflowJobsEndToEnd runs the hand-off.
+func TestWorkflowDigestHandOff(t *testing.T) {
+	wf, buildJob, indexJob := readActionsWorkflow(t)
+	build := wf.Jobs[buildJob]
+	staged := wf.Jobs[indexJob].Env["PUBLISH_STAGED"]
+	joined := strings.Fields(wf.Jobs[indexJob].Env["PUBLISH_JOIN"])
+	for _, m := range build.Strategy.Matrix.Include {
+		arch := m["arch"]
+		if !slices.Contains(joined, arch) {
+			t.Errorf("the index job joins %q, not %s", joined, arch)
+		}
+		out := build.Outputs[arch]
+		ref := regexp.MustCompile(`^\$\{\{\s*steps\.([\w-]+)\.outputs\.` + arch + `\s*\}\}$`).FindStringSubmatch(out)
+		if ref == nil {
+			t.Errorf("job %s: output %s = %q, want ${{ steps.ID.outputs.%s }}", buildJob, arch, out, arch)
+			continue
+		}
+		i := slices.IndexFunc(build.Steps, func(s actionsStep) bool { return s.ID == ref[1] })
+		if i < 0 || !strings.Contains(build.Steps[i].Run, `"$PUBLISH_ARCH=`) || !strings.Contains(build.Steps[i].Run, "staged.txt") ||
+			!strings.Contains(build.Steps[i].Run, "$GITHUB_OUTPUT") {
+			t.Errorf("job %s: no step %q writes $PUBLISH_ARCH=<staged.txt> to $GITHUB_OUTPUT", buildJob, ref[1])
+		}
+		if !regexp.MustCompile(`\$\{\{\s*needs\.` + buildJob + `\.outputs\.` + arch + `\s*\}\}`).MatchString(staged) {
+			t.Errorf("job %s: PUBLISH_STAGED = %q does not hand on needs.%s.outputs.%s", indexJob, staged, buildJob, arch)
+		}
 	}
 }

@@ -25,7 +25,8 @@ func newIndex(stdout, _ io.Writer) *cobra.Command {
 		Use:   "index OUTPUT... REF",
 		Short: "Publish the outputs of several architectures as one OCI image index",
 		Long: `Index publishes the OUTPUT directories (one per architecture, each written
-by 'builder build' or fetched by 'builder pull') as one image index under REF,
+by 'builder build' or fetched by 'builder pull'; an OUTPUT of several
+architectures stands for its OUTPUT/ARCH) as one image index under REF,
 as 'builder push' publishes one: per architecture its manifests, then the SBOM
 and SLSA provenance of all of them attached to the index (signed with
 --sign-key). Blobs the registry has (pushed by each architecture's job) are

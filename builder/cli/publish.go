@@ -51,7 +51,7 @@ Credentials come from the docker config and the environment, never from flags.`,
 			if err := loadPushSigner(&opts, signKey, signCert); err != nil {
 				return err
 			}
-			dirs, err := outputDirs(args[0])
+			dirs, err := publish.OutputDirs(args[0])
 			if err != nil {
 				return err
 			}
@@ -126,7 +126,7 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 	}
 	icli.InsecureFlag(c.Flags(), &opts.Insecure)
 	icli.JSONFlag(c, &asJSON)
-	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories, with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
+	c.Flags().StringSliceVar(&verify, "verify", nil, "fail unless REF is exactly what 'builder push' makes of these output directories (an output of several architectures: each OUTPUT/ARCH against its platform's manifests), with SBOM and provenance attached (signed by the certificate the outputs are signed with, if they are)")
 	c.Flags().StringVar(&signCert, "sign-cert", "", "with --verify: the SBOM and provenance must be signed with this certificate")
 	return c
 }

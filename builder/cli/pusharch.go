@@ -4,36 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/publish"
-	"github.com/ironcore-dev/os-builder/recipe"
 )
-
-// outputDirs are the build outputs in OUTPUT: OUTPUT itself when it holds
-// a manifest.json, else its ARCH subdirectories that do (what `builder
-// build` writes for a recipe of several architectures), in recipe order.
-func outputDirs(dir string) ([]string, error) {
-	if _, err := os.Stat(filepath.Join(dir, osimage.ManifestFile)); err == nil {
-		return []string{dir}, nil
-	}
-	var dirs []string
-	for _, a := range recipe.Architectures {
-		sub := filepath.Join(dir, a)
-		if _, err := os.Stat(filepath.Join(sub, osimage.ManifestFile)); err == nil {
-			dirs = append(dirs, sub)
-		}
-	}
-	if len(dirs) == 0 {
-		return nil, fmt.Errorf("%s: no %s, and no ARCH/%s of a build of several architectures", dir, osimage.ManifestFile, osimage.ManifestFile)
-	}
-	return dirs, nil
-}
 
 // archRef is ref with its tag suffixed -ARCH, the way IronCore's os-images
 // tags one architecture (VERSION-amd64); "" for a reference by digest.
