@@ -26,6 +26,9 @@ type images struct {
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and
 // a command line.
 func (a images) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error {
+	if err := checkSignedCmdline(a.cfg, cmdline, true); err != nil {
+		return err
+	}
 	stub, err := os.ReadFile(a.assembled().Stub())
 	if err != nil {
 		return fmt.Errorf("no systemd-stub in the image (package systemd-boot-efi): %w", err)
