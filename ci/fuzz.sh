@@ -2,9 +2,12 @@
 # Runs every fuzz target of the module for a short while (FUZZTIME, default
 # 10s) so CI really executes generated inputs, not only the seed corpus,
 # FUZZJOBS targets at a time (default: one per core). Prints each target's
-# final exec count and its execs per second over the run; a crash fails
-# the run. FUZZMATCH (an extended regexp on "file:line:func Fuzz...")
-# picks targets, to measure a few.
+# final exec count and its execs per second over the run as it ends, then
+# a table of all targets, target / execs / execs/s, slowest first, marking
+# those under FUZZMINRATE (default 1000) execs/s; a crash fails the run (a
+# slow target does not: the rate follows the machine's load). FUZZMATCH
+# (an extended regexp on "file:line:func Fuzz...") picks targets, to
+# measure a few; FUZZJOBS=1 measures them one at a time.
 #
 # Each input that adds coverage is minimised for at most FUZZMINIMIZE
 # (default 100 execs), a failing one too (still written and shown, less
@@ -16,6 +19,7 @@ fuzztime=${FUZZTIME:-10s}
 fuzzjobs=${FUZZJOBS:-$(nproc)}
 fuzzminimize=${FUZZMINIMIZE:-100x}
 fuzzmatch=${FUZZMATCH:-.}
+fuzzminrate=${FUZZMINRATE:-1000}
 
 # fuzz FILE DECL: runs one target from its package's directory (nested
 # modules, integrations/*, too) and prints one line, or the log on failure.
@@ -46,6 +50,7 @@ fuzz() {
 			rate=$((execs / secs))
 		fi
 		printf 'fuzz %-45s %9s execs %7s execs/s\n' "$pkg.$target" "${execs:-?}" "$rate"
+		printf '%s %s %s\n' "$pkg.$target" "${execs:-?}" "$rate" >"$results/$target.$RANDOM$RANDOM"
 	else
 		printf 'fuzz %-45s FAILED\n%s\n' "$pkg.$target" "$out"
 		return 1
@@ -53,12 +58,24 @@ fuzz() {
 }
 
 # A failed target leaves a file in $failed: a job's exit status can be
-# reaped before anyone waits for it.
+# reaped before anyone waits for it. Each finished one leaves its line of
+# the table in $results.
 failed=$(mktemp -d)
-trap 'rm -rf "$failed"' EXIT
+results=$(mktemp -d)
+trap 'rm -rf "$failed" "$results"' EXIT
 while IFS=: read -r file _ decl; do
 	while (($(jobs -rp | wc -l) >= fuzzjobs)); do wait -n || true; done
 	(fuzz "$file" "$decl" || touch "$failed/$RANDOM$RANDOM") &
 done < <(git grep -n -E '^func Fuzz[A-Za-z0-9_]*\(f \*testing\.F\)' -- '*_test.go' | grep -E -- "$fuzzmatch" | sort)
 wait
+# The table: slowest first ("?" rates, no progress line, sort first).
+echo
+printf '%-50s %10s %9s\n' target execs execs/s
+cat "$results"/* 2>/dev/null | sort -k3,3n | while read -r t n r; do
+	mark=
+	if ! [[ $r =~ ^[0-9]+$ ]] || ((r < fuzzminrate)); then
+		mark="  < $fuzzminrate"
+	fi
+	printf '%-50s %10s %9s%s\n' "$t" "$n" "$r" "$mark"
+done
 [[ -z $(ls -A "$failed") ]]
