@@ -20,7 +20,9 @@ type Publisher interface {
 
 // EvidenceFunc blocks until the caller has evidence the server booted what
 // the plan meant (a console line, a phone-home, an OnBoot event) or ctx ends.
-type EvidenceFunc func(ctx context.Context, p *Plan) error
+// Only evidence of this attempt counts: what happened at or after since,
+// when the attempt's power action was issued (State.AttemptStarted).
+type EvidenceFunc func(ctx context.Context, p *Plan, since time.Time) error
 
 // Driver executes plans against BMCs. One Driver serves any number of
 // concurrent runs; it keeps no per-server state (State does).
@@ -127,9 +129,15 @@ func (d *Driver) runStep(ctx context.Context, bmc BMC, p *Plan, s Step, st *Stat
 				Message: "power action accepted; no evidence source configured"}, now)
 			return nil
 		}
+		since := st.AttemptStarted
+		if since.IsZero() {
+			// A state saved before attempts were recorded: this run's
+			// evidence only.
+			since = time.Now()
+		}
 		ectx, cancel := context.WithTimeout(ctx, cmp.Or(max(d.EvidenceTimeout, 0), 10*time.Minute))
 		defer cancel()
-		if err := d.Evidence(ectx, p); err != nil {
+		if err := d.Evidence(ectx, p, since); err != nil {
 			st.SetCondition(Condition{Type: ConditionBooted, Status: ConditionFalse, Reason: "NoEvidence", Message: err.Error()}, d.now())
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				return fmt.Errorf("%w waiting for boot evidence: %w", ErrTimeout, err)
@@ -183,6 +191,10 @@ func (d *Driver) power(ctx context.Context, bmc BMC, p *Plan, st *State) error {
 	if ps != "Off" {
 		action = "ForceRestart"
 	}
+	// The attempt starts before the reset: the machine may fetch before the
+	// BMC answers. The wall clock, not d.Now: the artifact server stamps
+	// its GETs with it, and a resumed run compares across processes.
+	st.AttemptStarted = time.Now()
 	if err := bmc.Reset(ctx, action); err != nil {
 		return err
 	}
@@ -254,9 +266,10 @@ func (d *Driver) now() time.Time {
 }
 
 // ConsoleEvidence is an EvidenceFunc that reads a console stream (serial log,
-// SOL) until a line matches re.
+// SOL) until a line matches re. The stream is read as it comes: lines of an
+// earlier attempt are the caller's to have consumed.
 func ConsoleEvidence(r io.Reader, re *regexp.Regexp) EvidenceFunc {
-	return func(ctx context.Context, _ *Plan) error {
+	return func(ctx context.Context, _ *Plan, _ time.Time) error {
 		found := make(chan error, 1)
 		go func() {
 			sc := bufio.NewScanner(r)

@@ -118,6 +118,9 @@ type rig struct {
 	bmcHTTP  *httptest.Server
 	bmcDead  atomic.Bool
 	patchHit atomic.Int64
+	// machineDown: the machine fetches nothing when booted (it hangs
+	// before its firmware asks for the boot file).
+	machineDown atomic.Bool
 }
 
 func newRig(t testing.TB, img *fakeImage, opts redfishemu.Options) *rig {
@@ -159,6 +162,9 @@ func newRig(t testing.TB, img *fakeImage, opts redfishemu.Options) *rig {
 // firmware plays the booting machine: it fetches its boot file like UEFI
 // HTTP boot, iPXE or the virtual CD drive would.
 func (r *rig) firmware(ev redfishemu.BootEvent) {
+	if r.machineDown.Load() {
+		return
+	}
 	var u string
 	switch ev.Target {
 	case "UefiHttp":
@@ -461,6 +467,58 @@ func TestBootsSurviveInjectedFaults(t *testing.T) {
 			}
 			t.Logf("%d faults in %d requests", r.emu.Faults(), r.emu.Requests())
 		})
+	}
+}
+
+// TestEvidenceBoundToAttempt: a machine's boot token is the same for
+// every boot of one machine and image (a resumed plan keeps its URLs), so
+// a GET of the boot file from an earlier attempt, or from anyone who saw
+// the URL before this attempt's power action, must not pass for this
+// attempt's boot: under NetworkBootAlways the second boot of a machine that
+// fetches nothing fails for want of evidence, also after a GET of its URL
+// between the attempts; the machine's own fetch counts again.
+func TestEvidenceBoundToAttempt(t *testing.T) {
+	reg := newRegistry(t)
+	img := pushImage(t, reg, "os/attempts", allKinds(), allMethods(), osimage.BootUEFIHTTP)
+	r := newRig(t, img, redfishemu.Options{})
+	ctx := t.Context()
+	c := r.connect(ctx)
+	defer c.Close()
+	p, st := r.plan(osimage.BootUEFIHTTP, boot.NetworkBootAlways), &boot.State{}
+	d := r.driver()
+	d.EvidenceTimeout = 300 * time.Millisecond
+	if err := d.Run(ctx, c, p, st); err != nil {
+		t.Fatalf("first boot: %v", err)
+	}
+	r.machineDown.Store(true)
+	if err := d.Run(ctx, c, p, st); !errors.Is(err, boot.ErrTimeout) {
+		t.Errorf("second boot, machine down: err = %v, want no evidence (the first boot's fetch counted)", err)
+	}
+	var bootFile string
+	for _, s := range p.Steps {
+		if s.Kind == boot.StepSetOverride {
+			bootFile = s.Override.HTTPBootURI
+		}
+	}
+	resp, err := http.Get(bootFile) // someone who saw the URL, between attempts
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", bootFile, resp.Status)
+	}
+	st.Done = 0 // the failed boot's state: start over
+	if err := d.Run(ctx, c, p, st); !errors.Is(err, boot.ErrTimeout) {
+		t.Errorf("third boot, machine down, URL fetched before the attempt: err = %v, want no evidence", err)
+	}
+	r.machineDown.Store(false)
+	st.Done = 0
+	if err := d.Run(ctx, c, p, st); err != nil {
+		t.Errorf("fourth boot, machine up: %v", err)
+	}
+	if b := r.emu.Boots(); len(b) != 4 {
+		t.Errorf("boots = %v, want 4", b)
 	}
 }
 

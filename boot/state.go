@@ -51,8 +51,15 @@ type State struct {
 	Done int `json:"done"`
 	// NetworkBooted is set once a network boot was issued under
 	// NetworkBootOnce; later runs with this state never network-boot again.
-	NetworkBooted bool        `json:"networkBooted,omitempty"`
-	Conditions    []Condition `json:"conditions,omitempty"`
+	NetworkBooted bool `json:"networkBooted,omitempty"`
+	// AttemptStarted is when the current boot attempt's power action was
+	// issued: boot evidence counts only what the machine did after it. A
+	// boot token is the same for every attempt (a resumed plan keeps its
+	// URLs), so without it a fetch of an earlier attempt, or by anyone who
+	// saw the URL, would pass for this one's. Kept here so a run resumed
+	// at wait-evidence waits for the same attempt.
+	AttemptStarted time.Time   `json:"attemptStarted,omitzero"`
+	Conditions     []Condition `json:"conditions,omitempty"`
 }
 
 // SetCondition adds or updates a condition; LastTransitionTime changes only

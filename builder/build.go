@@ -88,6 +88,10 @@ func prepare(ctx context.Context, r *recipe.Recipe, opts Options) (*buildRun, er
 			return nil, fmt.Errorf("secure boot key: %w", err)
 		}
 	}
+	if err := b.art.CheckSigning(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("secure boot: %w", err)
+	}
 	if b.r, b.pinned, err = sources.PinSources(ctx, r, opts.Locked, log.Infof); err != nil {
 		log.Close()
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/filehash"
 	"github.com/ironcore-dev/os-builder/osimage"
 	"github.com/ironcore-dev/os-builder/recipe"
+	"github.com/ironcore-dev/os-builder/uki"
 )
 
 // TestRebuildAfterUnitChange builds the test recipe, changes one unit file
@@ -98,5 +99,30 @@ func TestRelativeCacheDir(t *testing.T) {
 	defer b.log.Close()
 	if !filepath.IsAbs(b.opts.CacheDir) {
 		t.Errorf("cache directory %q is relative", b.opts.CacheDir)
+	}
+}
+
+// TestSignedBuildNeedsCmdline: a signing build whose uki.efi would carry
+// no .cmdline (nothing in kernel.cmdline, layers' cmdline or persist:) is
+// refused before any step runs, naming kernel.cmdline; the same recipe
+// with a command line is prepared.
+func TestSignedBuildNeedsCmdline(t *testing.T) {
+	keys := t.TempDir()
+	buildertest.Must(t, uki.GenerateKey(keys, "cmdline test"))
+	t.Setenv("OSB_SOURCE_DIR", buildertest.RepoRoot(t))
+	for _, cmdline := range []string{"", "console=ttyS0"} {
+		r := buildertest.TestRecipe(t)
+		r.Kernel.Cmdline, r.Resolved = cmdline, nil
+		b, err := prepare(context.Background(), r, Options{
+			CacheDir: t.TempDir(), OutputDir: filepath.Join(t.TempDir(), "out"), Locked: true,
+			SignKey: filepath.Join(keys, uki.KeyFile), SignCert: filepath.Join(keys, uki.CertFile),
+		})
+		if err == nil {
+			b.log.Close()
+		}
+		refused := err != nil && strings.Contains(err.Error(), "kernel.cmdline")
+		if refused != (cmdline == "") {
+			t.Errorf("cmdline %q: err = %v, want a refusal naming kernel.cmdline exactly when it is empty", cmdline, err)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,30 @@ func TestSecureBootRefusesUnsignedImage(t *testing.T) {
 	})
 	if _, err := vm.WaitFor(ctx, "Access Denied"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSignedUKICarriesCmdline: the signed uki.efi (the ISO's is the same
+// file) carries the image's command line as .cmdline, as Debian's objdump
+// lists it, under a signature sbverify accepts: without it systemd-stub
+// would take the boot loader's line under Secure Boot.
+func TestSignedUKICarriesCmdline(t *testing.T) {
+	out := testutil.Output(t, testutil.SignedTestOutputEnv)
+	certPath := os.Getenv(testutil.SignCertEnv)
+	if certPath == "" {
+		testutil.Missing(t, "%s unset: run the tests through `make test`", testutil.SignCertEnv)
+	}
+	efi := filepath.Join(out, artifacts.FileUKI)
+	headers := testutil.Run(t, testutil.RequireTool(t, "objdump"), "-h", efi)
+	if !regexp.MustCompile(`(?m)^\s*\d+ \.cmdline +0*[1-9a-f]`).Match(headers) {
+		t.Errorf("objdump -h %s: no non-empty .cmdline:\n%s", efi, headers)
+	}
+	testutil.Run(t, testutil.RequireTool(t, "sbverify"), "--cert", certPath, efi)
+	got, err := uki.SectionData(testutil.ReadFile(t, efi), uki.SectionCmdline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.TrimSpace(string(testutil.ReadFile(t, filepath.Join(out, artifacts.FileCmdline)))); string(got) != want {
+		t.Errorf(".cmdline = %q, want the image's command line %q", got, want)
 	}
 }

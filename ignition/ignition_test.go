@@ -95,10 +95,15 @@ func TestDataLen(t *testing.T) {
 	}
 }
 
+// FuzzValidate: whatever the config, Validate answers without panicking.
+// Seeds over 4 KiB stay out (large-blob.ign, 100 KB past MaxInlineBytes:
+// its golden test covers the limit): the fuzzer picks seeds at random, and
+// each mutation of that one copies and parses 100 KB (5 s runs: 2,520
+// execs with it, 11,349 without).
 func FuzzValidate(f *testing.F) {
 	files, _ := filepath.Glob("testdata/validate/*.ign")
 	for _, p := range files {
-		if b, err := os.ReadFile(p); err == nil {
+		if b, err := os.ReadFile(p); err == nil && len(b) <= 4<<10 {
 			f.Add(b)
 		}
 	}

@@ -97,8 +97,8 @@ func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 	if cfg.CommandLine != "" {
 		id.Cmdline = cfg.CommandLine
 	}
-	if id.Architecture == "" {
-		id.Architecture = cfg.Architecture
+	if id.Architecture, err = manifestArch(id.Architecture, cfg.Architecture); err != nil {
+		return nil, err
 	}
 
 	derived, derivedDefault, derivedModes := DeriveBoot(present)

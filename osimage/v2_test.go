@@ -299,3 +299,58 @@ func TestReadIdentityRefusesDisagreeingV2(t *testing.T) {
 		t.Errorf("EFI manifest with a UKI config: %v", err)
 	}
 }
+
+// TestReadIndexIdentityRefusesOtherPlatform: a reader picks an index entry
+// by its platform and then boots what the manifest holds, so a manifest
+// whose own architecture (V2 config, or annotation) is not its entry's is
+// refused: an arm64 build listed as linux/amd64 (v1 and V2 manifests, v1
+// alone), and V2 manifests whose annotation was made to agree with the
+// entry but whose config still says arm64.
+func TestReadIndexIdentityRefusesOtherPlatform(t *testing.T) {
+	arm, err := osimage.NewIndexFromDirs(writeDir(t, "arm64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2arm, err := osimage.NewV2Images(writeDir(t, "arm64"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAMD64 := func(imgs []v1.Image) v1.ImageIndex {
+		var adds []mutate.IndexAddendum
+		for _, img := range imgs {
+			mf, _ := img.Manifest()
+			adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
+				Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}, ArtifactType: mf.ArtifactType}})
+		}
+		return mutate.AppendManifests(empty.Index, adds...)
+	}
+	var relabelled []v1.Image
+	for _, vi := range v2arm {
+		relabelled = append(relabelled, mutate.Annotations(vi.Image, map[string]string{osimage.AnnotationArchitecture: "amd64"}).(v1.Image))
+	}
+	var v1Only []v1.Image
+	for _, img := range indexImages(t, arm) {
+		if mf, _ := img.Manifest(); mf.ArtifactType == osimage.ArtifactTypeV1 {
+			v1Only = append(v1Only, img)
+		}
+	}
+	if len(v1Only) != 1 {
+		t.Fatalf("%d v1 manifests in the arm64 index, want 1", len(v1Only))
+	}
+	for _, tc := range []struct {
+		name string
+		idx  v1.ImageIndex
+		want string
+	}{
+		{"arm64 build listed as amd64", asAMD64(indexImages(t, arm)), "architecture arm64, but the index lists it for linux/amd64"},
+		{"arm64 v1 manifest listed as amd64", asAMD64(v1Only), "architecture arm64, but the index lists it for linux/amd64"},
+		{"arm64 V2 configs, annotation amd64", asAMD64(relabelled), "config architecture arm64, annotation org.ironcore.image.architecture amd64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := osimage.ReadIndexIdentity(tc.idx, "amd64")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ReadIndexIdentity: %v; want a refusal (%s)", err, tc.want)
+			}
+		})
+	}
+}

@@ -44,19 +44,20 @@ func readV2Identity(img v1.Image, mf *v1.Manifest, kind V2Kind) (*BootIdentity, 
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("%s manifest: parse config: %w", kind, err)
 	}
+	arch, err := manifestArch(mf.Annotations[AnnotationArchitecture], cfg.Architecture)
+	if err != nil {
+		return nil, fmt.Errorf("%s manifest: %w", kind, err)
+	}
 	spec, _ := v2SpecOfKind(kind)
 	id := &BootIdentity{
 		artifacts:    map[ArtifactKind]v1.Descriptor{},
-		Architecture: cfg.Architecture,
+		Architecture: arch,
 		Cmdline:      cfg.Cmdline,
 		Recipe:       mf.Annotations[AnnotationRecipe],
 		Version:      mf.Annotations[AnnotationRecipeVersion],
 		Created:      mf.Annotations[AnnotationCreated],
 		ArtifactType: mf.ArtifactType,
 		V2Kinds:      []V2Kind{kind},
-	}
-	if id.Architecture == "" {
-		id.Architecture = mf.Annotations[AnnotationArchitecture]
 	}
 	for _, l := range mf.Layers {
 		role, _ := spec.RoleOf(string(l.MediaType))
@@ -116,6 +117,7 @@ func ReadIndexIdentity(idx v1.ImageIndex, arch string) (*BootIdentity, error) {
 	}
 	var (
 		v1Img  v1.Image
+		v1Desc v1.Descriptor
 		v2Ids  []*BootIdentity
 		others []string
 	)
@@ -146,7 +148,7 @@ func ReadIndexIdentity(idx v1.ImageIndex, arch string) (*BootIdentity, error) {
 		}
 		if !isV2 {
 			if v1Img == nil {
-				v1Img = img
+				v1Img, v1Desc = img, d
 			}
 			continue
 		}
@@ -154,6 +156,9 @@ func ReadIndexIdentity(idx v1.ImageIndex, arch string) (*BootIdentity, error) {
 			continue // the first of a kind, as a V2 reader takes it
 		}
 		id, err := readV2Identity(img, mf, kind)
+		if err == nil {
+			err = checkPlatformArch(id, d.Platform)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
 		}
@@ -167,6 +172,9 @@ func ReadIndexIdentity(idx v1.ImageIndex, arch string) (*BootIdentity, error) {
 	if v1Img != nil {
 		if id, err = ReadIdentity(v1Img); err != nil {
 			return nil, err
+		}
+		if err := checkPlatformArch(id, v1Desc.Platform); err != nil {
+			return nil, fmt.Errorf("manifest %s: %w", v1Desc.Digest, err)
 		}
 	} else {
 		id = &BootIdentity{artifacts: map[ArtifactKind]v1.Descriptor{}, Architecture: arch}
@@ -199,6 +207,29 @@ func ReadIndexIdentity(idx v1.ImageIndex, arch string) (*BootIdentity, error) {
 		id.Preferred = "IronCore Image V2 preferred over v1 for linux/" + arch + ": " + strings.Join(took, ", ") + "; the rest from the v1 manifest"
 	}
 	return id, nil
+}
+
+// manifestArch is a manifest's own architecture: its annotation's and its
+// config's, which must agree when both are set.
+func manifestArch(annotation, config string) (string, error) {
+	if annotation != "" && config != "" && annotation != config {
+		return "", fmt.Errorf("config architecture %s, annotation %s %s", config, AnnotationArchitecture, annotation)
+	}
+	if config != "" {
+		return config, nil
+	}
+	return annotation, nil
+}
+
+// checkPlatformArch refuses a manifest whose own architecture is not its
+// index entry's: a reader picks the entry by platform and boots what the
+// manifest holds, so an arm64 image listed as linux/amd64 would be booted
+// on amd64 machines.
+func checkPlatformArch(id *BootIdentity, p *v1.Platform) error {
+	if id.Architecture != "" && id.Architecture != p.Architecture {
+		return fmt.Errorf("architecture %s, but the index lists it for %s/%s", id.Architecture, p.OS, p.Architecture)
+	}
+	return nil
 }
 
 func orNone(s string) string {

@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // DefaultSBAT is the SBAT line naming the UKI itself, as ukify adds it.
@@ -66,7 +67,8 @@ type Options struct {
 	// read twice: for the checksum, and the signature, then for the image).
 	InitrdReader *io.SectionReader
 	// Cmdline is the kernel command line; surrounding white space (such as
-	// the newline of a file) is trimmed. No .cmdline section when empty.
+	// the newline of a file) is trimmed. No .cmdline section when empty,
+	// which only an unsigned UKI may be (see ErrSignedNoCmdline).
 	Cmdline string
 	// OSRelease is the os-release file of the OS, stored as is.
 	OSRelease string
@@ -97,11 +99,20 @@ type Options struct {
 	PCRPhases []string
 }
 
+// ErrSignedNoCmdline refuses a signed UKI without a command line: with no
+// .cmdline section systemd-stub passes the boot loader's command line to
+// the kernel even under Secure Boot, so the signature would seal nothing of
+// what the kernel and the init are told (osb.root=, rdinit=).
+var ErrSignedNoCmdline = errors.New("a signed UKI needs a non-empty command line (Options.Cmdline): without .cmdline systemd-stub takes the boot loader's under Secure Boot")
+
 // Write assembles the UKI described by opts and writes it to w. It holds no
 // copy of the kernel or initrd beyond the caller's.
 func Write(w io.Writer, opts Options) (int64, error) {
 	if (opts.Signer == nil) != (opts.Certificate == nil) {
 		return 0, errors.New("uki: Signer and Certificate must be set together")
+	}
+	if opts.Signer != nil && strings.TrimSpace(opts.Cmdline) == "" {
+		return 0, fmt.Errorf("uki: %w", ErrSignedNoCmdline)
 	}
 	pl, err := layout(opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package uki
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -36,11 +37,18 @@ const (
 
 // Sign returns pe signed with Authenticode (SHA-256, RSA PKCS#1 v1.5) by key
 // and cert. A signature already present is replaced. The result is a pure
-// function of its inputs: no signing time is included.
+// function of its inputs: no signing time is included. A UKI (a PE with
+// .linux) without a non-empty .cmdline is refused (ErrSignedNoCmdline).
 func Sign(pe []byte, key crypto.Signer, cert *x509.Certificate) ([]byte, error) {
 	p, err := parsePE(pe)
 	if err != nil {
 		return nil, fmt.Errorf("uki: sign: %w", err)
+	}
+	if _, isUKI := p.section(SectionLinux); isUKI {
+		s, ok := p.section(SectionCmdline)
+		if !ok || len(bytes.TrimSpace(p.content(s))) == 0 {
+			return nil, fmt.Errorf("uki: sign: the UKI has no .cmdline: %w", ErrSignedNoCmdline)
+		}
 	}
 	certDir := p.dirOffset(dirSecurity)
 	if certDir < 0 {

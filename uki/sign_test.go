@@ -215,3 +215,37 @@ func TestGenerateKeyAndLoadSigner(t *testing.T) {
 		t.Error("a certificate was accepted as a key")
 	}
 }
+
+// TestSignedUKINeedsCmdline: a UKI without .cmdline makes systemd-stub take
+// the boot loader's command line even under Secure Boot, so a signed one
+// would boot whatever line the loader is told (osb.root=http://elsewhere,
+// rdinit=/bin/sh). Neither a signing build nor Sign makes one; unsigned
+// builds and PE files that are not UKIs (a stub) stay signable.
+func TestSignedUKINeedsCmdline(t *testing.T) {
+	dir := testKeyDir(t)
+	key, cert, err := LoadSigner(filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmdline := range []string{"", " \n\t"} {
+		opts := testOptions(syntheticStub())
+		opts.Cmdline = cmdline
+		unsigned, err := Build(opts)
+		if err != nil {
+			t.Fatalf("unsigned build with cmdline %q: %v", cmdline, err)
+		}
+		if _, err := SectionData(unsigned, SectionCmdline); err == nil {
+			t.Fatalf("cmdline %q: the unsigned UKI has a .cmdline", cmdline)
+		}
+		opts.Signer, opts.Certificate = key, cert
+		if _, err := Build(opts); err == nil || !strings.Contains(err.Error(), "Options.Cmdline") {
+			t.Errorf("signing build with cmdline %q: err = %v, want a refusal naming Options.Cmdline", cmdline, err)
+		}
+		if _, err := Sign(unsigned, key, cert); err == nil || !strings.Contains(err.Error(), "no .cmdline") {
+			t.Errorf("Sign of a UKI with cmdline %q: err = %v, want a refusal (no .cmdline)", cmdline, err)
+		}
+	}
+	if _, err := Sign(syntheticStub(), key, cert); err != nil {
+		t.Errorf("Sign of a stub (no .linux, not a UKI): %v", err)
+	}
+}

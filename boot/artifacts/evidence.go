@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ironcore-dev/os-builder/boot"
 )
@@ -79,9 +80,16 @@ func validBootToken(t string) bool {
 	return true
 }
 
-// markServed records a whole-file GET and who made it: the evidence that
-// a machine is fetching its boot artifact.
-func (s *Server) markServed(r *http.Request) {
+// servedGET is a whole-file GET of one URL path by one client address,
+// the latest one's arrival.
+type servedGET struct {
+	from netip.Addr
+	at   time.Time
+}
+
+// markServed records a whole-file GET, who made it and when it arrived:
+// the evidence that a machine is fetching its boot artifact.
+func (s *Server) markServed(r *http.Request, at time.Time) {
 	if r.Method != http.MethodGet || r.Header.Get("Range") != "" || r.Context().Err() != nil {
 		return
 	}
@@ -91,11 +99,18 @@ func (s *Server) markServed(r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !slices.Contains(s.served[r.URL.Path], from) {
-		s.served[r.URL.Path] = append(s.served[r.URL.Path], from)
-		close(s.servedCh)
-		s.servedCh = make(chan struct{})
+	gets := s.served[r.URL.Path]
+	i := slices.IndexFunc(gets, func(g servedGET) bool { return g.from == from })
+	switch {
+	case i < 0:
+		s.served[r.URL.Path] = append(gets, servedGET{from, at})
+	case at.After(gets[i].at):
+		gets[i].at = at
+	default:
+		return
 	}
+	close(s.servedCh)
+	s.servedCh = make(chan struct{})
 }
 
 // ErrNoBootToken means a plan's URLs carry no boot token: any client's GET
@@ -104,12 +119,16 @@ var ErrNoBootToken = errors.New("the plan's artifact URLs carry no boot token (r
 
 // FetchEvidence is a boot.EvidenceFunc: the boot counts as seen once the
 // machine has fetched the plan's first boot file (UKI, iPXE script, ISO)
-// by its URL, boot token included; with from, only a GET from one of
-// these addresses counts (where the machine's address is known). A plan
+// by its URL, boot token included, in a GET that arrived at or after the
+// attempt's power action (since): the token is the same for every attempt,
+// so an earlier attempt's fetch, or one by anyone who saw the URL before,
+// does not count. With from, only a GET from one of these addresses counts
+// (where the machine's address is known: that also shuts out whoever
+// learns the URL and fetches it during the attempt). A plan
 // without a boot token is refused (ErrNoBootToken). Disk boots and policy
 // None fetch nothing, so they pass at once.
 func (s *Server) FetchEvidence(from ...netip.Addr) boot.EvidenceFunc {
-	return func(ctx context.Context, p *boot.Plan) error {
+	return func(ctx context.Context, p *boot.Plan, since time.Time) error {
 		want := firstBootFile(p)
 		if want == "" {
 			return nil
@@ -125,12 +144,10 @@ func (s *Server) FetchEvidence(from ...netip.Addr) boot.EvidenceFunc {
 		if parts := strings.SplitN(strings.TrimPrefix(u.Path, "/"), "/", 3); len(parts) < 3 || parts[0] != bootPrefix || !validBootToken(parts[1]) {
 			return fmt.Errorf("boot evidence for %s: %w", want, ErrNoBootToken)
 		}
-		counts := func(addrs []netip.Addr) bool {
-			if len(from) == 0 {
-				return len(addrs) > 0
-			}
-			return slices.ContainsFunc(addrs, func(a netip.Addr) bool {
-				return slices.ContainsFunc(from, func(f netip.Addr) bool { return f.Unmap() == a })
+		counts := func(gets []servedGET) bool {
+			return slices.ContainsFunc(gets, func(g servedGET) bool {
+				return !g.at.Before(since) &&
+					(len(from) == 0 || slices.ContainsFunc(from, func(f netip.Addr) bool { return f.Unmap() == g.from }))
 			})
 		}
 		for {

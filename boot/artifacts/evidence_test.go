@@ -85,6 +85,7 @@ func TestBootEvidenceBound(t *testing.T) {
 				base = srv.AdvertiseURL()
 			}
 			p := evidencePlan(t, srv, base, blob, sum.String())
+			since := time.Now() // the attempt's power action
 			if tc.get != nil {
 				if code := getFrom(t, srv, tc.get(srv, p), tc.addr); code != http.StatusOK && code != http.StatusNotFound {
 					t.Fatalf("GET: %d", code)
@@ -92,7 +93,7 @@ func TestBootEvidenceBound(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 			defer cancel()
-			err = srv.FetchEvidence(tc.from...)(ctx, p)
+			err = srv.FetchEvidence(tc.from...)(ctx, p, since)
 			switch {
 			case tc.refused:
 				if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "token") {
@@ -104,6 +105,47 @@ func TestBootEvidenceBound(t *testing.T) {
 				t.Errorf("evidence: the GET counted")
 			}
 		})
+	}
+}
+
+// TestFetchEvidenceSince: a boot token is the same for every attempt of
+// one machine and image, so a GET of the boot file counts only for an
+// attempt whose power action came before the GET arrived: the earlier
+// attempt's fetch, or one by anyone who saw the URL, does not count for a
+// later attempt; the machine's next GET (same address) does.
+func TestFetchEvidenceSince(t *testing.T) {
+	blob := []byte("the uki of this boot")
+	src, sum := writeFile(t, t.TempDir(), "uki.efi", blob)
+	srv, err := NewServer(FileSource{sum: src}, privateDir(t), "http://art.example:8080/prefix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := evidencePlan(t, srv, srv.BootURL("bmc-a"), blob, sum.String())
+	const machine = "192.0.2.10:40000"
+	evidence := func(since time.Time) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		return srv.FetchEvidence()(ctx, p, since)
+	}
+	first := time.Now()
+	if code := getFrom(t, srv, pathOf(p), machine); code != http.StatusOK {
+		t.Fatalf("GET: %d", code)
+	}
+	if err := evidence(first); err != nil {
+		t.Errorf("first attempt: %v, want its GET to count", err)
+	}
+	second := time.Now()
+	if err := evidence(second); err == nil {
+		t.Error("second attempt: the first attempt's GET counted")
+	}
+	if code := getFrom(t, srv, pathOf(p), machine); code != http.StatusOK {
+		t.Fatalf("GET: %d", code)
+	}
+	if err := evidence(second); err != nil {
+		t.Errorf("second attempt: %v, want the machine's new GET to count", err)
+	}
+	if err := evidence(time.Now()); err == nil {
+		t.Error("third attempt: a GET before it counted")
 	}
 }
 

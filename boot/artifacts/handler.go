@@ -35,6 +35,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
+	at := time.Now() // the GET's arrival: evidence counts it only for an attempt begun by then
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if parts[0] == bootPrefix {
 		if len(parts) < 2 || !validBootToken(parts[1]) {
@@ -46,7 +47,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case len(parts) == 3 && parts[0] == "blobs":
-		s.serveBlob(w, r, parts[1], parts[2])
+		s.serveBlob(w, r, parts[1], parts[2], at)
 	case len(parts) == 2 && parts[0] == "ipxe":
 		s.mu.Lock()
 		content, ok := s.scripts[parts[1]]
@@ -57,13 +58,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", ContentType(parts[1]))
 		http.ServeContent(w, r, "", time.Time{}, strings.NewReader(content))
-		s.markServed(r)
+		s.markServed(r, at)
 	default:
 		http.NotFound(w, r)
 	}
 }
 
-func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name string) {
+func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name string, at time.Time) {
 	d, err := v1.NewHash(digest)
 	if err != nil {
 		http.Error(w, "bad digest", http.StatusBadRequest)
@@ -93,7 +94,7 @@ func (s *Server) serveBlob(w http.ResponseWriter, r *http.Request, digest, name 
 	w.Header().Set("ETag", `"`+d.String()+`"`)
 	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 	http.ServeContent(sw, r, "", time.Time{}, f)
-	s.markServed(r)
+	s.markServed(r, at)
 }
 
 // stallWriter gives every chunk of a response its own write deadline: a

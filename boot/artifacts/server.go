@@ -13,7 +13,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -40,13 +39,13 @@ type Server struct {
 	timeouts  timeouts
 
 	mu        sync.Mutex
-	published map[string]int64        // "<digest>/<name>" published -> declared size
-	scripts   map[string]string       // script name -> content
-	inflight  map[string]*fetch       // digest -> running fetch
-	verified  map[string]int64        // digests whose cached bytes were hashed in this process -> size
-	served    map[string][]netip.Addr // URL paths served completely by GET -> client addresses
-	bootKey   []byte                  // makes boot tokens (BootURL)
-	servedCh  chan struct{}           // closed and replaced whenever served grows
+	published map[string]int64       // "<digest>/<name>" published -> declared size
+	scripts   map[string]string      // script name -> content
+	inflight  map[string]*fetch      // digest -> running fetch
+	verified  map[string]int64       // digests whose cached bytes were hashed in this process -> size
+	served    map[string][]servedGET // URL paths served completely by GET -> by whom, when
+	bootKey   []byte                 // makes boot tokens (BootURL)
+	servedCh  chan struct{}          // closed and replaced whenever served grows
 }
 
 // timeouts of the HTTP server. Requests are GET/HEAD: the header is the
@@ -90,7 +89,7 @@ func NewServer(source Source, cacheDir, advertiseURL string) (*Server, error) {
 	}
 	return &Server{source: source, cache: cache, advertise: strings.TrimSuffix(advertiseURL, "/"), timeouts: defaultTimeouts,
 		published: map[string]int64{}, scripts: map[string]string{}, inflight: map[string]*fetch{}, verified: map[string]int64{},
-		served: map[string][]netip.Addr{}, servedCh: make(chan struct{}), bootKey: key}, nil
+		served: map[string][]servedGET{}, servedCh: make(chan struct{}), bootKey: key}, nil
 }
 
 func (s *Server) logf(format string, args ...any) {

@@ -34,6 +34,9 @@ type images struct {
 // writeUKI joins systemd-stub from the image with its kernel, an initrd and
 // a command line.
 func (a images) writeUKI(d *artifactDir, name, initrdPath, cmdline string) error {
+	if err := checkSignedCmdline(a.cfg, cmdline, true); err != nil {
+		return err
+	}
 	// Every file is opened inside the directory of the step that made it
 	// (fsroot): a link there cannot put a file from elsewhere (the
 	// signing key) into a signed UKI.
