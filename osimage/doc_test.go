@@ -85,7 +85,7 @@ func TestImageFormatDocV2Strings(t *testing.T) {
 			break
 		}
 	}
-	specs := V2Specs()
+	specs := v2Specs
 	if len(rows) != len(specs) {
 		t.Fatalf("V2 table has %d rows, want %d: %q", len(rows), len(specs), rows)
 	}
@@ -131,7 +131,7 @@ func TestImageFormatDocMediaTypes(t *testing.T) {
 	for _, mt := range kindMediaTypes {
 		ours[mt] = true
 	}
-	for _, s := range V2Specs() {
+	for _, s := range v2Specs {
 		ours[s.ArtifactType], ours[s.ConfigMediaType] = true, true
 		for _, l := range s.Layers {
 			for _, mt := range l.MediaTypes {

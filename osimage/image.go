@@ -85,9 +85,9 @@ func MediaTypeOf(kind ArtifactKind) (string, bool) {
 	return mt, ok
 }
 
-// KindOf returns the artifact kind of a layer media type; manifest.json and
+// kindOf returns the artifact kind of a layer media type; manifest.json and
 // unknown media types have none.
-func KindOf(mediaType string) (ArtifactKind, bool) {
+func kindOf(mediaType string) (ArtifactKind, bool) {
 	for k, mt := range kindMediaTypes {
 		if mt == mediaType {
 			return k, true
@@ -287,17 +287,6 @@ func joinStrings[S ~string](xs []S) string {
 		parts[i] = string(x)
 	}
 	return strings.Join(parts, ",")
-}
-
-// NewIndex wraps per-architecture v1 images in an image index, each entry
-// with platform linux/<arch> and the image's artifactType. Entries are
-// sorted by architecture so the index is reproducible.
-func NewIndex(images ...v1.Image) (v1.ImageIndex, error) {
-	var groups []platformGroup
-	for _, img := range images {
-		groups = append(groups, platformGroup{v1: img})
-	}
-	return newIndex(groups)
 }
 
 // platformGroup is what an index holds for one platform: the v1 manifest

@@ -74,7 +74,7 @@ func ReadIdentity(img v1.Image) (*BootIdentity, error) {
 	}
 	present := map[ArtifactKind]bool{}
 	for _, l := range mf.Layers {
-		kind, ok := KindOf(string(l.MediaType))
+		kind, ok := kindOf(string(l.MediaType))
 		if !ok {
 			continue
 		}

@@ -101,17 +101,8 @@ var v2Specs = []V2Spec{
 	},
 }
 
-// V2Specs returns the table, in index order.
-func V2Specs() []V2Spec {
-	out := slices.Clone(v2Specs)
-	for i := range out {
-		out[i].Layers = slices.Clone(out[i].Layers)
-	}
-	return out
-}
-
-// V2SpecOf returns the V2 kind an artifactType names.
-func V2SpecOf(artifactType string) (V2Spec, bool) {
+// v2SpecOf returns the V2 kind an artifactType names.
+func v2SpecOf(artifactType string) (V2Spec, bool) {
 	for _, s := range v2Specs {
 		if s.ArtifactType == artifactType {
 			return s, true
@@ -141,7 +132,7 @@ type V2Config struct {
 // role (but AnyPosition roles) and their counts. The error names the first
 // disagreement.
 func CheckV2Manifest(artifactType, configMediaType string, layerMediaTypes []string) (V2Spec, error) {
-	spec, ok := V2SpecOf(artifactType)
+	spec, ok := v2SpecOf(artifactType)
 	if !ok {
 		return V2Spec{}, fmt.Errorf("artifactType %q is no IronCore Image V2 kind", artifactType)
 	}
@@ -191,8 +182,8 @@ func (s V2Spec) mediaTypes() []string {
 	return out
 }
 
-// RoleOf returns the role of a layer media type in this kind.
-func (s V2Spec) RoleOf(mediaType string) (V2Role, bool) {
+// roleOf returns the role of a layer media type in this kind.
+func (s V2Spec) roleOf(mediaType string) (V2Role, bool) {
 	for _, l := range s.Layers {
 		if slices.Contains(l.MediaTypes, mediaType) {
 			return l.Role, true

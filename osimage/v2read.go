@@ -16,7 +16,7 @@ import (
 // they are still read as v1). A V2 manifest that disagrees with the table
 // (config media type, layer media types or counts) is an error.
 func V2KindOf(mf *v1.Manifest) (V2Kind, bool, error) {
-	spec, ok := V2SpecOf(mf.ArtifactType)
+	spec, ok := v2SpecOf(mf.ArtifactType)
 	if !ok || string(mf.Config.MediaType) == MediaTypeConfig {
 		return "", false, nil
 	}
@@ -60,7 +60,7 @@ func readV2Identity(img v1.Image, mf *v1.Manifest, kind V2Kind) (*BootIdentity, 
 		V2Kinds:      []V2Kind{kind},
 	}
 	for _, l := range mf.Layers {
-		role, _ := spec.RoleOf(string(l.MediaType))
+		role, _ := spec.roleOf(string(l.MediaType))
 		switch role {
 		case V2RoleExecutable:
 			id.artifacts[KindUKI] = l
