@@ -66,19 +66,6 @@ type ServerArch struct {
 	From string
 }
 
-// ServerArchFromBMC is the server's architecture by what the BMC reports
-// (its instruction set).
-func ServerArchFromBMC(instructionSet string) ServerArch {
-	if instructionSet == "" {
-		return ServerArch{From: "the BMC reports no InstructionSet for the system's CPUs"}
-	}
-	arch, err := ArchitectureOf(instructionSet)
-	if err != nil {
-		return ServerArch{From: "the BMC reports " + err.Error()}
-	}
-	return ServerArch{Arch: arch, From: "the BMC's Processors report " + instructionSet}
-}
-
 // pickArchitecture chooses the image's build for the server. An image
 // whose one build names no architecture boots anywhere (nothing to check,
 // said in the plan); a server of unknown architecture gets the image's only

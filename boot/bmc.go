@@ -100,3 +100,16 @@ var ErrCapability = errors.New("BMC capability")
 
 // ErrTimeout marks a wait that ran out of time (media insertion, evidence).
 var ErrTimeout = errors.New("timed out")
+
+// ServerArchFromBMC is the server's architecture by what the BMC reports
+// (its instruction set).
+func ServerArchFromBMC(instructionSet string) ServerArch {
+	if instructionSet == "" {
+		return ServerArch{From: "the BMC reports no InstructionSet for the system's CPUs"}
+	}
+	arch, err := ArchitectureOf(instructionSet)
+	if err != nil {
+		return ServerArch{From: "the BMC reports " + err.Error()}
+	}
+	return ServerArch{Arch: arch, From: "the BMC's Processors report " + instructionSet}
+}
