@@ -84,7 +84,7 @@ func TestArchitectureExitCodes(t *testing.T) {
 			emu := redfishemu.New(redfishemu.Options{InstructionSet: tc.set, NoInstructionSet: tc.set == ""})
 			bmc := httptest.NewServer(emu)
 			defer bmc.Close()
-			args := append([]string{"plan", "--image", tc.image, "--insecure-registry", "--artifact-listen", listen}, tc.args...)
+			args := append([]string{"plan", "--image", tc.image, "--insecure", "--artifact-listen", listen}, tc.args...)
 			if !tc.noBMCArg {
 				args = append(args, "--bmc", bmc.URL)
 			}
@@ -110,8 +110,8 @@ func TestArchitectureExitCodes(t *testing.T) {
 	if code, stdout, stderr := run(t, "status", "--bmc", bmc.URL); code != ExitOK || !strings.Contains(stdout, "arch:         arm64 (the BMC's Processors report ARM-A64)") {
 		t.Errorf("status: exit %d, want the arch line\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	code, _, stderr := run(t, "boot", "--bmc", bmc.URL, "--image", amd64Only, "--insecure-registry", "--artifact-listen", listen,
-		"--cache-dir", filepath.Join(t.TempDir(), "cache"), "--serve-after-boot", "0s", "--timeout", "20s")
+	code, _, stderr := run(t, "boot", "--bmc", bmc.URL, "--image", amd64Only, "--insecure", "--artifact-listen", listen,
+		"--artifact-cache-dir", filepath.Join(t.TempDir(), "cache"), "--serve-after-boot", "0s", "--timeout", "20s")
 	if code != ExitMismatch || !strings.Contains(stderr, "the server is arm64") || !strings.Contains(stderr, "built for [amd64] only") {
 		t.Errorf("boot of an amd64 image on an arm64 BMC: exit %d, want 3 naming both\nstderr: %s", code, stderr)
 	}

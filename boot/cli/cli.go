@@ -73,35 +73,38 @@ func newRoot(o *options) *cobra.Command {
 		Long:  "Boot a server through its BMC the way its image says it boots.\n\n" + exitcode.Help(),
 	}
 	planCmd := &cobra.Command{Use: "plan --image REF [--bmc URL]", Short: "Print the boot plan (dry run: without --bmc no BMC call, with it read-only ones)",
-		Args: icli.ExactArgs(0), RunE: o.bounded(2*time.Minute, o.plan)}
+		Args: icli.ExactArgs(0), RunE: o.bounded(o.plan)}
 	o.imageFlags(planCmd.Flags())
 	o.bmcFlags(planCmd.Flags())
-	o.timeoutFlag(planCmd.Flags(), "2m")
+	o.timeoutFlag(planCmd.Flags(), 2*time.Minute)
 	icli.JSONFlag(planCmd, &o.jsonOut)
 
 	bootCmd := &cobra.Command{Use: "boot --bmc URL --image REF", Short: "Boot the server", Args: icli.ExactArgs(0),
-		RunE: o.bounded(30*time.Minute, o.boot)}
+		RunE: o.bounded(o.boot)}
 	o.imageFlags(bootCmd.Flags())
 	o.bmcFlags(bootCmd.Flags())
-	o.timeoutFlag(bootCmd.Flags(), "30m")
+	o.timeoutFlag(bootCmd.Flags(), 30*time.Minute)
 	o.stateFlag(bootCmd.Flags())
 	bf := bootCmd.Flags()
-	bf.StringVar(&o.cacheDir, "cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
-	bf.DurationVar(&o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
-	bf.DurationVar(&o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
+	// Not --cache-dir: that is builder's step cache, another cache with
+	// another default.
+	bf.StringVar(&o.cacheDir, "artifact-cache-dir", "", "artifact blob cache directory, private to you: 0700, your own (default $XDG_CACHE_HOME/os-builder/artifacts or ~/.cache/os-builder/artifacts)")
+	icli.Alias(bf, "cache-dir", "artifact-cache-dir")
+	icli.DurationFlag(bf, &o.evidenceTimeout, "evidence-timeout", 10*time.Minute, "how long to wait for the machine to fetch its boot file")
+	icli.DurationFlag(bf, &o.serve, "serve-after-boot", 10*time.Minute, "keep serving artifacts this long after the boot (kernel, initrd, root image are fetched late)")
 	icli.JSONFlag(bootCmd, &o.jsonOut)
 
 	statusCmd := &cobra.Command{Use: "status --bmc URL", Short: "Show BMC boot state and saved conditions", Args: icli.ExactArgs(0),
-		RunE: o.bounded(2*time.Minute, o.status)}
+		RunE: o.bounded(o.status)}
 	o.bmcFlags(statusCmd.Flags())
-	o.timeoutFlag(statusCmd.Flags(), "2m")
+	o.timeoutFlag(statusCmd.Flags(), 2*time.Minute)
 	o.stateFlag(statusCmd.Flags())
 	icli.JSONFlag(statusCmd, &o.jsonOut)
 
 	ejectCmd := &cobra.Command{Use: "eject --bmc URL", Short: "Eject virtual media", Args: icli.ExactArgs(0),
-		RunE: o.bounded(2*time.Minute, o.eject)}
+		RunE: o.bounded(o.eject)}
 	o.bmcFlags(ejectCmd.Flags())
-	o.timeoutFlag(ejectCmd.Flags(), "2m")
+	o.timeoutFlag(ejectCmd.Flags(), 2*time.Minute)
 
 	root.AddCommand(planCmd, bootCmd, statusCmd, ejectCmd)
 	return root
@@ -110,7 +113,8 @@ func newRoot(o *options) *cobra.Command {
 // imageFlags are the flags of commands that read the image and plan.
 func (o *options) imageFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.image, "image", "", "image reference (registry/repo:tag or @sha256:...)")
-	f.BoolVar(&o.insecureRegistry, "insecure-registry", false, "reach the image registry over plain HTTP")
+	icli.InsecureFlag(f, &o.insecureRegistry)
+	icli.Alias(f, "insecure-registry", "insecure")
 	f.StringVar(&o.method, "method", string(boot.MethodAuto), "auto: the image's first method the BMC allows; or force one (refused, not replaced, if the BMC cannot): uefi-http, pxe, virtual-media, disk")
 	f.StringVar(&o.policy, "policy", string(boot.NetworkBootOnce), "NetworkBootOnce, NetworkBootAlways or None")
 	f.StringVar(&o.arch, "arch", "", "the server's architecture (amd64, arm64, ...), which picks the image's build; default: what the BMC's Processors report (InstructionSet), else the image's only build")
@@ -131,8 +135,8 @@ func (o *options) bmcFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.insecureSkipVerify, "insecure-skip-verify", false, "do not verify the BMC's TLS certificate (labs only)")
 }
 
-func (o *options) timeoutFlag(f *pflag.FlagSet, def string) {
-	f.DurationVar(&o.timeout, "timeout", 0, "overall timeout of the command, BMC calls, registry fetch and task monitors included (default "+def+")")
+func (o *options) timeoutFlag(f *pflag.FlagSet, def time.Duration) {
+	icli.DurationFlag(f, &o.timeout, "timeout", def, "overall timeout of the command, BMC calls, registry fetch and task monitors included")
 }
 
 func (o *options) stateFlag(f *pflag.FlagSet) {
@@ -168,15 +172,14 @@ func bmcError(err error) error {
 	return exitcode.UnavailableError(err)
 }
 
-// bounded runs a command under --timeout (def when unset): every BMC call,
-// registry fetch and wait of the command ends by then.
-func (o *options) bounded(def time.Duration, run func(context.Context) error) func(*cobra.Command, []string) error {
+// bounded runs a command under --timeout: every BMC call, registry fetch
+// and wait of the command ends by then.
+func (o *options) bounded(run func(context.Context) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, _ []string) error {
-		if o.timeout < 0 {
-			return exitcode.UsageError(fmt.Errorf("--timeout %s is negative", o.timeout))
+		if o.timeout <= 0 {
+			return exitcode.UsageError(fmt.Errorf("--timeout %s: want more than 0", o.timeout))
 		}
-		// cmp.Or: 0 is unset, and a negative --timeout was refused above.
-		ctx, cancel := context.WithTimeout(cmd.Context(), cmp.Or(o.timeout, def))
+		ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 		defer cancel()
 		return classify(run(ctx))
 	}
@@ -229,20 +232,20 @@ func (o *options) session() (*boot.Session, *artifactServer, error) {
 			return nil, nil, exitcode.UsageError(fmt.Errorf("--arch: %w", err))
 		}
 	}
+	ref, err := icli.ParseReference("--image", o.image, o.insecureRegistry)
+	if err != nil {
+		return nil, nil, err
+	}
 	var nopts []name.Option
 	if o.insecureRegistry {
 		nopts = append(nopts, name.Insecure)
-	}
-	ref, err := name.ParseReference(o.image, nopts...)
-	if err != nil {
-		return nil, nil, exitcode.UsageError(fmt.Errorf("--image: %w", err))
 	}
 	arts := &artifactServer{o: o, ref: ref}
 	return &boot.Session{
 		Request: boot.Request{Image: ref.String(), Method: osimage.BootMethod(o.method), Policy: boot.Policy(o.policy),
 			Install:      boot.Install{Mode: osimage.InstallMode(o.install), Target: o.installTarget, Wipe: o.installWipe, RootURL: o.rootURL},
 			Architecture: o.arch, ArchitectureFrom: "--arch"},
-		// Parsed as above: it keeps --insecure-registry.
+		// Parsed as above: it keeps --insecure.
 		Images:    boot.Registry{Name: nopts},
 		Artifacts: arts,
 	}, arts, nil

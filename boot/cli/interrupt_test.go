@@ -14,6 +14,6 @@ import (
 // serverboot, hanging on a registry that never answers.
 func TestInterruptExits130(t *testing.T) {
 	testutil.InterruptCLI(t, "OSB_SERVERBOOT_CHILD", exitcode.Interrupted, "serverboot: interrupted",
-		func(reg string) string { return "plan --insecure-registry --image " + reg + "/os/x:1" },
+		func(reg string) string { return "plan --insecure --image " + reg + "/os/x:1" },
 		func(args []string) int { return Run(context.Background(), args, os.Stdout, os.Stderr) })
 }

@@ -23,8 +23,8 @@ func TestValidateBeforeIO(t *testing.T) {
 	bmc := httptest.NewServer(emu)
 	defer bmc.Close()
 	listen := testutil.FreeAddr(t)
-	image := []string{"--image", ref, "--insecure-registry", "--artifact-listen", listen}
-	cache := []string{"--cache-dir", filepath.Join(t.TempDir(), "cache")}
+	image := []string{"--image", ref, "--insecure", "--artifact-listen", listen}
+	cache := []string{"--artifact-cache-dir", filepath.Join(t.TempDir(), "cache")}
 	plan := func(args ...string) []string { return append(append([]string{"plan"}, image...), args...) }
 	boot := func(args ...string) []string {
 		return append(append(append([]string{"boot", "--bmc", bmc.URL}, image...), cache...), args...)

@@ -160,7 +160,7 @@ REGISTRY_STORAGE_DELETE_ENABLED=true); prune says so when it does not.`,
 			return err
 		},
 	}
-	c.Flags().DurationVar(&olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
+	icli.DurationFlag(c.Flags(), &olderThan, "older-than", 0, "only entries unused for this long (e.g. 168h)")
 	c.Flags().BoolVar(&all, "all", false, "every entry, without asking")
 	c.Flags().StringVar(&remoteRepo, "remote", "", "prune this registry repository of cache entries instead (see above)")
 	cacheInsecureFlag(c.Flags(), &access)

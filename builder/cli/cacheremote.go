@@ -53,7 +53,7 @@ type transferResult struct {
 // REF`: a whole local cache (or one recipe's steps) to or from a
 // repository, for sites without a registry the builders share.
 func newCacheTransfer(stdout io.Writer, open func() (*cache.Store, error), pull bool) *cobra.Command {
-	var recipeName string
+	var recipeFile string
 	var asJSON bool
 	var access remotecache.Access
 	verb, short := "push", "Push local cache entries to a registry repository"
@@ -85,6 +85,10 @@ and its helpers.`,
 			if err != nil {
 				return exitcode.UsageError(err)
 			}
+			recipeName, err := recipeNameOf(cmd.ErrOrStderr(), recipeFile)
+			if err != nil {
+				return err
+			}
 			s, err := open()
 			if err != nil {
 				return err
@@ -109,7 +113,7 @@ and its helpers.`,
 			return err
 		},
 	}
-	c.Flags().StringVar(&recipeName, "recipe", "", "only the entries of this recipe (its name)")
+	recipeFlag(c.Flags(), &recipeFile)
 	if pull {
 		cacheTrustFlags(c.Flags(), &access)
 	} else {
@@ -118,6 +122,29 @@ and its helpers.`,
 	cacheInsecureFlag(c.Flags(), &access)
 	icli.JSONFlag(c, &asJSON)
 	return c
+}
+
+// recipeFlag is --recipe: a recipe file, on every command that takes one.
+func recipeFlag(f *pflag.FlagSet, v *string) {
+	f.StringVar(v, "recipe", "", "the recipe file built (push, index: provenance records its sha256; cache push/pull: only its steps' entries)")
+}
+
+// recipeNameOf is the name of the recipe --recipe names. --recipe was a
+// recipe's name on cache push/pull; a value that is no file but a plain
+// name still means that recipe, with a note (scripts keep working).
+func recipeNameOf(stderr io.Writer, file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	if _, err := os.Stat(file); err != nil && errors.Is(err, os.ErrNotExist) && !strings.ContainsRune(file, filepath.Separator) && filepath.Ext(file) == "" {
+		fmt.Fprintf(stderr, "note: --recipe %s: no such file, taken as a recipe name (deprecated: give the recipe file)\n", file)
+		return file, nil
+	}
+	r, err := loadRecipe(file, nil)
+	if err != nil {
+		return "", err
+	}
+	return r.Name, nil
 }
 
 func pushAll(ctx context.Context, repo *remote.Repo, s *cache.Store, recipeName string, res *transferResult) error {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -82,6 +83,22 @@ func TestCachePushPull(t *testing.T) {
 	}
 	if code, _, stderr := runBuilder(t, append([]string{"cache", "push", otherRepo, "--recipe", "nobody", "--cache-dir", dirA}, sign...)...); code == exitcode.OK || !strings.Contains(stderr, `no build of recipe "nobody"`) {
 		t.Errorf("push --recipe of a recipe never built: exit %d, %s", code, stderr)
+	}
+	// --recipe is a recipe file, as on push and index; the name it was
+	// here still works, with a note.
+	file := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(file, []byte("name: r\nversion: \"1\"\nbase: {distribution: debian}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ recipe, note string }{{file, ""}, {"r", "--recipe r: no such file, taken as a recipe name (deprecated"}} {
+		code, stdout, stderr := runBuilder(t, append([]string{"cache", "push", otherRepo, "--recipe", tc.recipe, "--cache-dir", dirA, "--json"}, sign...)...)
+		var res transferResult
+		if code != exitcode.OK || json.Unmarshal([]byte(stdout), &res) != nil || res.Skipped != 1 {
+			t.Errorf("push --recipe %s: exit %d, %s, %s; want r's entry, there already", tc.recipe, code, stdout, stderr)
+		}
+		if (tc.note == "") != (stderr == "") || !strings.Contains(stderr, tc.note) {
+			t.Errorf("push --recipe %s: stderr %q, want %q", tc.recipe, stderr, tc.note)
+		}
 	}
 	if code, _, stderr := runBuilder(t, "cache", "prune", "--remote", repo, "--cache-dir", dirA); code != exitcode.Usage || !strings.Contains(stderr, "--older-than") {
 		t.Errorf("prune --remote without --older-than: exit %d, %s", code, stderr)

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	icli "github.com/ironcore-dev/os-builder/internal/cli"
+	"github.com/ironcore-dev/os-builder/internal/exitcode"
 	"github.com/ironcore-dev/os-builder/publish"
 )
 
@@ -37,6 +38,14 @@ not uploaded again. Credentials come from the docker config, never from flags.`,
 				return err
 			}
 			dirs, ref := args[:len(args)-1], args[len(args)-1]
+			if err := checkRef(ref, opts.Insecure); err != nil {
+				return err
+			}
+			for _, d := range dirs {
+				if _, err := publish.OutputDirs(d); err != nil {
+					return exitcode.UsageError(err)
+				}
+			}
 			h, err := publish.PushDirs(cmd.Context(), dirs, ref, opts)
 			if err != nil {
 				return err
@@ -51,9 +60,9 @@ not uploaded again. Credentials come from the docker config, never from flags.`,
 	f := c.Flags()
 	icli.InsecureFlag(f, &opts.Insecure)
 	f.StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
-	f.BoolVar(&opts.NoV2, "no-v2", false, "publish the v1 manifests alone, without the IronCore Image V2 kinds")
+	f.BoolVar(&opts.NoV2, "no-v2", false, noV2Usage)
 	icli.JSONFlag(c, &asJSON)
-	f.StringVar(&opts.Provenance.Recipe, "recipe", "", "provenance: the recipe file built (its sha256 is recorded)")
+	recipeFlag(f, &opts.Provenance.Recipe)
 	f.StringVar(&opts.Provenance.Lock, "lock", "", "provenance: the recipe's lock file (its sha256 is recorded)")
 	f.StringVar(&opts.Provenance.SourceRepo, "source-repo", "", "provenance: source repository URI, e.g. git+https://github.com/ORG/REPO")
 	f.StringVar(&opts.Provenance.SourceCommit, "source-commit", "", "provenance: full git commit built")

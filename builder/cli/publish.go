@@ -53,11 +53,14 @@ Credentials come from the docker config and the environment, never from flags.`,
 			}
 			dirs, err := publish.OutputDirs(args[0])
 			if err != nil {
-				return err
+				return exitcode.UsageError(err)
 			}
 			var ref string
 			if len(args) == 2 {
 				ref = args[1]
+				if err := checkRef(ref, opts.Insecure); err != nil {
+					return err
+				}
 			} else {
 				// publish.Push's default, spelled out so that it can be reported.
 				m, err := osimage.ReadManifest(dirs[0])
@@ -79,10 +82,10 @@ Credentials come from the docker config and the environment, never from flags.`,
 	}
 	icli.InsecureFlag(c.Flags(), &opts.Insecure)
 	c.Flags().StringSliceVar(&opts.Tags, "tag", nil, "extra tags to push")
-	c.Flags().BoolVar(&opts.NoV2, "no-v2", false, "publish the v1 manifest alone, without the IronCore Image V2 kinds (as the recipe's imageV2: false)")
+	c.Flags().BoolVar(&opts.NoV2, "no-v2", false, noV2Usage)
 	icli.JSONFlag(c, &asJSON)
 	// Recorded in the provenance attached to registry pushes.
-	c.Flags().StringVar(&opts.Provenance.Recipe, "recipe", "", "provenance: the recipe file built (its sha256 is recorded)")
+	recipeFlag(c.Flags(), &opts.Provenance.Recipe)
 	c.Flags().StringVar(&opts.Provenance.Lock, "lock", "", "provenance: the recipe's lock file (its sha256 is recorded)")
 	c.Flags().StringVar(&opts.Provenance.SourceRepo, "source-repo", "", "provenance: source repository URI, e.g. git+https://github.com/ORG/REPO")
 	c.Flags().StringVar(&opts.Provenance.SourceCommit, "source-commit", "", "provenance: full git commit built")
@@ -110,6 +113,9 @@ func newInspect(stdout, _ io.Writer) *cobra.Command {
 				if opts.VerifyCert, err = uki.LoadCertificate(signCert); err != nil {
 					return err
 				}
+			}
+			if err := checkRef(args[0], opts.Insecure); err != nil {
+				return err
 			}
 			inspect := publish.Inspect
 			if len(verify) > 0 {
@@ -160,6 +166,9 @@ func newGenkey(stdout, _ io.Writer) *cobra.Command {
 	icli.JSONFlag(c, &asJSON)
 	return c
 }
+
+// noV2Usage is push's and index's --no-v2.
+const noV2Usage = "publish the v1 manifests alone, without the IronCore Image V2 kinds (as the recipe's imageV2: false)"
 
 // loadPushSigner fills opts' signer from push's and index's --sign-key and
 // --sign-cert, which go together.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -34,6 +35,9 @@ needs --arch. Of an index with v1 and IronCore Image V2 manifests the v1
 one is pulled unless --kind names a V2 kind.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkRef(args[0], opts.Insecure); err != nil {
+				return err
+			}
 			dir := args[1]
 			switch des, err := os.ReadDir(dir); {
 			case errors.Is(err, os.ErrNotExist):
@@ -66,4 +70,18 @@ one is pulled unless --kind names a V2 kind.`,
 	c.Flags().StringVar(&opts.Kind, "kind", "", "manifest to pull: v1, or an IronCore Image V2 kind (UKI, EFI, Disk); default v1 where there is one, else every V2 kind")
 	icli.JSONFlag(c, &asJSON)
 	return c
+}
+
+// checkRef refuses a malformed REF before any request, as a usage error
+// (exit 2): a registry reference by the family's parser (serverboot's
+// --image too), oci:PATH[:TAG] by publish's.
+func checkRef(ref string, insecure bool) error {
+	if strings.HasPrefix(ref, publish.LayoutPrefix) {
+		if _, err := publish.ParseTarget(ref, publish.Options{}); err != nil {
+			return exitcode.UsageError(err)
+		}
+		return nil
+	}
+	_, err := icli.ParseReference("REF", ref, insecure)
+	return err
 }

@@ -61,7 +61,7 @@ func TestServerbootAgainstMockBMC(t *testing.T) {
 			bmcURL := m.url("")
 			listen := testutil.FreeAddr(t)
 			cacheDir := filepath.Join(t.TempDir(), "cache")
-			common := []string{"--bmc", bmcURL, "--image", image, "--insecure-registry", "--credentials-file", creds,
+			common := []string{"--bmc", bmcURL, "--image", image, "--insecure", "--credentials-file", creds,
 				"--artifact-listen", listen, "--timeout", "45s"}
 
 			start := time.Now()
@@ -90,7 +90,7 @@ func TestServerbootAgainstMockBMC(t *testing.T) {
 			start = time.Now()
 			stdout.Reset()
 			stderr.Reset()
-			code = cli.Run(ctx, append([]string{"boot", "--cache-dir", cacheDir, "--serve-after-boot", "0s", "--evidence-timeout", "30s"}, common...), &stdout, &stderr)
+			code = cli.Run(ctx, append([]string{"boot", "--artifact-cache-dir", cacheDir, "--serve-after-boot", "0s", "--evidence-timeout", "30s"}, common...), &stdout, &stderr)
 			if code != cli.ExitOK {
 				t.Fatalf("boot: exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 			}

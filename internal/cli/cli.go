@@ -15,7 +15,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/ironcore-dev/os-builder/internal/exitcode"
 )
@@ -48,7 +47,8 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 // are printed by Execute, not cobra; flag errors are usage errors; a
 // command group (a command with subcommands and nothing to run) refuses an
 // unknown subcommand as a usage error instead of printing its help and
-// succeeding. Commands added later by other files are covered, since it
+// succeeding; a command run with an old spelling of a flag (Alias) says
+// on stderr to use the new one. Commands added later by other files are covered, since it
 // walks the tree as it is when run.
 func Family(root *cobra.Command) {
 	root.SilenceUsage = true
@@ -59,6 +59,17 @@ func Family(root *cobra.Command) {
 		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
 			c.Args = unknownSubcommand
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+		}
+		if run := c.RunE; run != nil && c.Annotations[aliasOf] == "" {
+			// Once, though Family may see the tree again.
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[aliasOf] = "noted"
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				noteAliases(cmd)
+				return run(cmd, args)
+			}
 		}
 		for _, s := range c.Commands() {
 			walk(s)
@@ -96,12 +107,6 @@ func RangeArgs(min, max int) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// InsecureFlag adds the family's --insecure flag: plain HTTP to a
-// registry (loopback registries are spoken to over plain HTTP anyway).
-func InsecureFlag(f *pflag.FlagSet, v *bool) {
-	f.BoolVar(v, "insecure", false, "allow plain HTTP registries")
 }
 
 // JSONFlag adds the family's --json flag to c.
