@@ -34,46 +34,59 @@ type Prune struct {
 // cards, desktop GPUs, Wi-Fi, Bluetooth, NFC, industrial sensors, staging
 // drivers) and the kernel's self-tests. The disk, network, InfiniBand,
 // USB, HID and server-GPU (ast, mgag200) drivers stay.
-var DefaultPruneExclude = []string{
+var DefaultPruneExclude = append([]string{
 	"/usr/include/*",
 	"/usr/src/linux-headers-*",
 	"/usr/lib/*/perl/*/CORE/*.h",
 	"/usr/share/lintian/*",
 	"/usr/share/bug/*",
-	"/usr/lib/modules/*/kernel/sound/*",
-	"/usr/lib/modules/*/kernel/drivers/media/*",
-	"/usr/lib/modules/*/kernel/drivers/gpu/drm/amd/*",
-	"/usr/lib/modules/*/kernel/drivers/gpu/drm/i915/*",
-	"/usr/lib/modules/*/kernel/drivers/gpu/drm/nouveau/*",
-	"/usr/lib/modules/*/kernel/drivers/gpu/drm/radeon/*",
-	"/usr/lib/modules/*/kernel/drivers/net/wireless/*",
-	"/usr/lib/modules/*/kernel/net/wireless/*",
-	"/usr/lib/modules/*/kernel/net/mac80211/*",
-	"/usr/lib/modules/*/kernel/drivers/bluetooth/*",
-	"/usr/lib/modules/*/kernel/net/bluetooth/*",
-	"/usr/lib/modules/*/kernel/drivers/nfc/*",
-	"/usr/lib/modules/*/kernel/net/nfc/*",
-	"/usr/lib/modules/*/kernel/drivers/net/ieee802154/*",
-	"/usr/lib/modules/*/kernel/net/ieee802154/*",
-	"/usr/lib/modules/*/kernel/drivers/net/hamradio/*",
-	"/usr/lib/modules/*/kernel/drivers/iio/*",
-	"/usr/lib/modules/*/kernel/drivers/staging/*",
-	"/usr/lib/modules/*/kernel/drivers/comedi/*",
-	"/usr/lib/modules/*/kernel/drivers/isdn/*",
-	"/usr/lib/modules/*/kernel/drivers/input/touchscreen/*",
-	"/usr/lib/modules/*/kernel/lib/test_*",
-	"/usr/lib/firmware/amdgpu/*",
-	"/usr/lib/firmware/i915/*",
-	"/usr/lib/firmware/nvidia/*",
-	"/usr/lib/firmware/radeon/*",
-	"/usr/lib/firmware/iwlwifi-*",
-	"/usr/lib/firmware/ath*",
-	"/usr/lib/firmware/brcm/*",
-	"/usr/lib/firmware/rtlwifi/*",
-	"/usr/lib/firmware/rtw88/*",
-	"/usr/lib/firmware/rtw89/*",
-	"/usr/lib/firmware/mediatek/*",
-	"/usr/lib/firmware/intel/sof*",
+}, libPaths(
+	"modules/*/kernel/sound/*",
+	"modules/*/kernel/drivers/media/*",
+	"modules/*/kernel/drivers/gpu/drm/amd/*",
+	"modules/*/kernel/drivers/gpu/drm/i915/*",
+	"modules/*/kernel/drivers/gpu/drm/nouveau/*",
+	"modules/*/kernel/drivers/gpu/drm/radeon/*",
+	"modules/*/kernel/drivers/net/wireless/*",
+	"modules/*/kernel/net/wireless/*",
+	"modules/*/kernel/net/mac80211/*",
+	"modules/*/kernel/drivers/bluetooth/*",
+	"modules/*/kernel/net/bluetooth/*",
+	"modules/*/kernel/drivers/nfc/*",
+	"modules/*/kernel/net/nfc/*",
+	"modules/*/kernel/drivers/net/ieee802154/*",
+	"modules/*/kernel/net/ieee802154/*",
+	"modules/*/kernel/drivers/net/hamradio/*",
+	"modules/*/kernel/drivers/iio/*",
+	"modules/*/kernel/drivers/staging/*",
+	"modules/*/kernel/drivers/comedi/*",
+	"modules/*/kernel/drivers/isdn/*",
+	"modules/*/kernel/drivers/input/touchscreen/*",
+	"modules/*/kernel/lib/test_*",
+	"firmware/amdgpu/*",
+	"firmware/i915/*",
+	"firmware/nvidia/*",
+	"firmware/radeon/*",
+	"firmware/iwlwifi-*",
+	"firmware/ath*",
+	"firmware/brcm/*",
+	"firmware/rtlwifi/*",
+	"firmware/rtw88/*",
+	"firmware/rtw89/*",
+	"firmware/mediatek/*",
+	"firmware/intel/sof*",
+)...)
+
+// libPaths are rel under /lib and under /usr/lib: dpkg matches a filter
+// against the path in the package, and Debian 12's kernel and firmware
+// packages ship /lib/modules and /lib/firmware (merged /usr makes them
+// /usr/lib's), Debian 13's /usr/lib/modules and /usr/lib/firmware.
+func libPaths(rel ...string) []string {
+	var out []string
+	for _, r := range rel {
+		out = append(out, "/lib/"+r, "/usr/lib/"+r)
+	}
+	return out
 }
 
 // PruneExclude is the recipe's effective dpkg path-exclude list: the

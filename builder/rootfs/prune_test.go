@@ -34,6 +34,10 @@ var pruneFiles = []string{
 	"usr/lib/modules/6.1.0-1-amd64/kernel/drivers/net/wireless/ath/ath.ko",
 	"usr/lib/modules/6.1.0-1-amd64/kernel/lib/test_bpf.ko",
 	"usr/lib/firmware/iwlwifi-1.ucode", "usr/lib/firmware/bnx2/bnx2.fw",
+	// Debian 12's kernel and firmware packages ship /lib.
+	"lib/modules/6.1.0-2-amd64/kernel/sound/core/snd.ko",
+	"lib/modules/6.1.0-2-amd64/kernel/drivers/net/virtio_net.ko",
+	"lib/firmware/radeon/r100.bin", "lib/firmware/bnx2/bnx2-1.fw",
 	"usr/share/doc/pkg/copyright", "usr/share/doc/pkg/README",
 	"usr/lib/python3.11/os.py",
 }
@@ -96,7 +100,8 @@ func TestPruneMatchesDpkg(t *testing.T) {
 	}
 	for _, keep := range []string{"/usr/bin/tool", "/usr/bin/tool-kept", "/usr/include/keep/k.h", "/usr/share/doc/pkg/copyright",
 		"/usr/lib/modules/6.1.0-1-amd64/kernel/drivers/net/virtio_net.ko", "/usr/lib/modules/6.1.0-1-amd64/kernel/sound",
-		"/usr/lib/firmware/bnx2/bnx2.fw", "/usr/lib/python3.11/os.py"} {
+		"/usr/lib/firmware/bnx2/bnx2.fw", "/usr/lib/python3.11/os.py",
+		"/lib/modules/6.1.0-2-amd64/kernel/drivers/net/virtio_net.ko", "/lib/firmware/bnx2/bnx2-1.fw"} {
 		if !slices.Contains(want, keep) {
 			t.Errorf("%s was left out", keep)
 		}
@@ -123,6 +128,11 @@ func TestPruneMatchesDpkg(t *testing.T) {
 	}
 	sort.Strings(missing)
 	sort.Strings(left)
+	for _, p := range []string{"/lib/modules/6.1.0-2-amd64/kernel/sound/core/snd.ko", "/lib/firmware/radeon/r100.bin"} {
+		if !slices.Contains(left, p) {
+			t.Errorf("%s was kept", p)
+		}
+	}
 	if len(left) < 8 || !slices.Equal(missing, left) {
 		t.Errorf("dpkg --verify: missing\n%s\nwant the left-out paths\n%s", strings.Join(missing, "\n"), strings.Join(left, "\n"))
 	}
