@@ -46,7 +46,6 @@ func BenchmarkSquashfsCompression(b *testing.B) {
 		{"zstd-6-128K", []string{"-comp", "zstd", "-Xcompression-level", "6", "-b", "128K"}},
 		{"xz-1M", []string{"-comp", "xz", "-b", "1M"}},
 		{"xz-x86-1M", []string{"-comp", "xz", "-Xbcj", "x86", "-b", "1M"}},
-		{"gzip-9-1M", []string{"-comp", "gzip", "-b", "1M"}},
 	}
 	var lines []string
 	for _, v := range variants {
