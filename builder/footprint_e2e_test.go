@@ -54,7 +54,9 @@ func TestHypervisorFootprint(t *testing.T) {
 				waitAll(t, ctx, vm, "ignition-apply: applied", bootReportDone, "machinepoollet: waiting for API server at https://10.0.2.2:", "root@hv-e2e")
 				t.Logf("%s: multi-user and configured after %v", name, time.Since(start).Round(time.Second))
 				got := consoleChecks(t, ctx, vm, []consoleCheck{
-					{"provider", "for i in $(seq 90); do curl -fsS -o /dev/null localhost:8181/healthz && break; sleep 2; done; systemctl is-active libvirt-provider"},
+					// libvirt-provider probes libvirt at start: minutes under TCG
+					// with another boot beside it.
+					{"provider", "for i in $(seq 180); do curl -fs -o /dev/null localhost:8181/healthz 2>/dev/null && break; sleep 2; done; systemctl is-active libvirt-provider"},
 					{"settle", "sleep 20; echo ok"},
 					{"meminfo", "awk '/^(MemTotal|MemAvailable|Shmem|Unevictable):/ {printf \"%s%s \", $1, $2}' /proc/meminfo"},
 				})
@@ -63,8 +65,11 @@ func TestHypervisorFootprint(t *testing.T) {
 					k, v, _ := strings.Cut(f, ":")
 					kb[k], _ = strconv.ParseInt(v, 10, 64)
 				}
-				if got["provider"] != "active" || kb["MemTotal"] == 0 || kb["MemAvailable"] == 0 {
-					t.Fatalf("provider %q, meminfo %q", got["provider"], got["meminfo"])
+				if kb["MemTotal"] == 0 || kb["MemAvailable"] == 0 {
+					t.Fatalf("meminfo %q", got["meminfo"])
+				}
+				if got["provider"] != "active" {
+					t.Errorf("%s: libvirt-provider %q (reading taken anyway: %q)", name, got["provider"], got["meminfo"])
 				}
 				mu.Lock()
 				res[name] = result{kb["MemTotal"] - kb["MemAvailable"], kb["Shmem"], kb["Unevictable"]}
