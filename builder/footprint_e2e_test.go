@@ -38,7 +38,7 @@ func TestHypervisorFootprint(t *testing.T) {
 	out := hypervisorOutput(t)
 	buildertest.RequireTools(t, "qemu-system-x86_64")
 	url := serveNode(t)
-	type result struct{ inUse, shmem, unevictable int64 }
+	type result struct{ inUse, shmem int64 }
 	res := map[string]result{}
 	var mu sync.Mutex
 	t.Run("boots", func(t *testing.T) {
@@ -58,7 +58,7 @@ func TestHypervisorFootprint(t *testing.T) {
 					// with another boot beside it.
 					{"provider", "for i in $(seq 180); do curl -fs -o /dev/null localhost:8181/healthz 2>/dev/null && break; sleep 2; done; systemctl is-active libvirt-provider"},
 					{"settle", "sleep 20; echo ok"},
-					{"meminfo", "awk '/^(MemTotal|MemAvailable|Shmem|Unevictable):/ {printf \"%s%s \", $1, $2}' /proc/meminfo"},
+					{"meminfo", "awk '/^(MemTotal|MemAvailable|Shmem):/ {printf \"%s%s \", $1, $2}' /proc/meminfo"},
 				})
 				kb := map[string]int64{}
 				for _, f := range strings.Fields(got["meminfo"]) {
@@ -72,7 +72,7 @@ func TestHypervisorFootprint(t *testing.T) {
 					t.Errorf("%s: libvirt-provider %q (reading taken anyway: %q)", name, got["provider"], got["meminfo"])
 				}
 				mu.Lock()
-				res[name] = result{kb["MemTotal"] - kb["MemAvailable"], kb["Shmem"], kb["Unevictable"]}
+				res[name] = result{kb["MemTotal"] - kb["MemAvailable"], kb["Shmem"]}
 				mu.Unlock()
 			})
 		}
@@ -90,7 +90,6 @@ func TestHypervisorFootprint(t *testing.T) {
 	}
 	row("MemTotal-MemAvailable (KiB)", b.inUse, n.inUse)
 	row("Shmem (KiB)", b.shmem, n.shmem)
-	row("Unevictable (KiB)", b.unevictable, n.unevictable)
 	t.Logf("%-32s %12s %12s %6s\n%s", "baseline "+base+" / image "+out, "baseline", "image", "ratio", strings.Join(rows, "\n"))
 	if n.inUse > b.inUse {
 		t.Errorf("the image uses %d KiB at multi-user, the baseline %d", n.inUse, b.inUse)
