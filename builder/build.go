@@ -528,11 +528,21 @@ func (b *buildRun) manifest(arts []osimage.Artifact, v *values) (*osimage.BuildM
 		Sources:         b.pinned,
 		Init:            initMeta,
 		GoPrograms:      progs,
+		Prune:           manifestPrune(b.r),
 		OCISources:      artifacts.OCISources(b.r),
 		Artifacts:       arts,
 		SecureBoot:      artifacts.SecureBoot(b.art, assembled, arts),
 		NoImageV2:       b.r.ImageV2 != nil && !*b.r.ImageV2,
 	}, nil
+}
+
+// manifestPrune is r's effective prune lists, nil when it prunes nothing.
+func manifestPrune(r *recipe.Recipe) *osimage.Prune {
+	p := &osimage.Prune{Exclude: r.PruneExclude(), Include: r.PruneInclude(), Remove: r.PruneRemove()}
+	if len(p.Exclude)+len(p.Include)+len(p.Remove) == 0 {
+		return nil
+	}
+	return p
 }
 
 func readPackages(path string) (map[string]string, error) {

@@ -48,6 +48,10 @@ type BuildManifest struct {
 	// the initrd's init), each with the modules its binary records: what
 	// the SBOM lists as Go components.
 	GoPrograms []GoProgram `json:"goPrograms,omitempty"`
+	// Prune is what the recipe left out of the packages it installed
+	// (prune): Packages still lists every package, dpkg's database every
+	// file, and `dpkg --verify` in the image names these paths missing.
+	Prune *Prune `json:"prune,omitempty"`
 	// OCISources are the images the build took files from.
 	OCISources []OCISource `json:"ociSources,omitempty"`
 	Artifacts  []Artifact  `json:"artifacts"`
@@ -61,6 +65,15 @@ type BuildManifest struct {
 	// NoImageV2: the recipe turned IronCore Image V2 off (imageV2: false):
 	// push publishes the v1 manifest alone.
 	NoImageV2 bool `json:"noImageV2,omitempty"`
+}
+
+// Prune is the effective prune lists of the recipe: dpkg path-exclude
+// and path-include patterns (the defaults expanded), and what was removed
+// after the packages were configured.
+type Prune struct {
+	Exclude []string `json:"exclude,omitempty"`
+	Include []string `json:"include,omitempty"`
+	Remove  []string `json:"remove,omitempty"`
 }
 
 // Source is one OCI image ("oci") or Go module ("go") of a layer. Ref is

@@ -217,6 +217,7 @@ func TestLoadErrors(t *testing.T) {
 		{"source-outside-tree", `layer.yaml:4: files[0].source: "../../units/hello.service" resolves to testdata/units/hello.service, outside the recipe's tree testdata/errors/source-outside-tree`},
 		{"exclude-missing", `recipe.yaml:7: exclude[1]: no layer named "nope" (layers: l)`},
 		{"bad-disk", `recipe.yaml:8: disk.dataSizeMiB: 4: want 0 (no data partition) or 8 to 1048576`},
+		{"bad-prune", `recipe.yaml:8: prune.exclude[0]: "/usr/share/doc/$(reboot)" is not an absolute path pattern`},
 		{"bad-architectures", `recipe.yaml:6: base.architectures[1]: "riscv64" is not supported (one of: amd64, arm64)`},
 		{"bad-values", `recipe.yaml:5: base.release: "sid" is not supported (one of: bookworm, trixie)`},
 		{"user-conflict", `b.yaml:3: users[0]: user "app" is defined differently at testdata/errors/user-conflict/a.yaml:3`},

@@ -19,10 +19,12 @@ type rendered struct {
 	Outputs  []Output `json:"outputs"`
 	Exclude  []string `json:"exclude,omitempty"`
 	// Disk and PersistRequired: the effective values.
-	Disk            Disk    `json:"disk"`
-	PersistRequired bool    `json:"persistRequired"`
-	Layers          []Layer `json:"layers"`
-	Merged          merged  `json:"merged"`
+	Disk            Disk `json:"disk"`
+	PersistRequired bool `json:"persistRequired"`
+	// Prune: the effective lists (defaults expanded), when any.
+	Prune  *Prune  `json:"prune,omitempty"`
+	Layers []Layer `json:"layers"`
+	Merged merged  `json:"merged"`
 }
 
 type merged struct {
@@ -58,6 +60,9 @@ func Render(r *Recipe, format string) ([]byte, error) {
 			Groups:   nonNil(r.Groups()),
 			Cmdline:  r.Cmdline(),
 		},
+	}
+	if p := (Prune{Exclude: r.PruneExclude(), Include: r.PruneInclude(), Remove: r.PruneRemove()}); len(p.Exclude)+len(p.Include)+len(p.Remove) > 0 {
+		out.Prune = &p
 	}
 	for i, l := range r.Resolved {
 		out.Layers[i] = *l

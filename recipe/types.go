@@ -37,6 +37,9 @@ type Recipe struct {
 	// without the IronCore Image V2 kinds (recorded in manifest.json as
 	// noImageV2). Unset or true: both.
 	ImageV2 *bool `json:"imageV2,omitempty"`
+	// Prune leaves packaged files out of the image (dpkg path-exclude)
+	// and removes generated ones; see prune.go.
+	Prune Prune `json:"prune,omitempty"`
 
 	// Resolved holds the layers after include resolution, in apply order.
 	// Filled by Load; never read from YAML.

@@ -67,6 +67,7 @@ func validateRecipe(r *Recipe, doc *document, p *problems) {
 	}
 	oneOf(p, doc, "base.release", b.Release, Releases)
 	validateArchitectures(r, doc, p)
+	validatePrune(r, doc, p)
 	if u, err := url.Parse(b.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		p.addf(doc, "base.mirror", "%q is not an http(s) URL", b.Mirror)
 	}

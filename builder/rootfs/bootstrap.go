@@ -100,6 +100,15 @@ func (s *bootstrapStep) Inputs() (cache.Inputs, error) {
 	in.Add("components", strings.Join(b.Components, ","))
 	in.Add("packages", strings.Join(s.packages, "\n"))
 	in.Add("source-date-epoch", strconv.FormatInt(s.epoch, 10))
+	// Only when set: a recipe that prunes nothing keeps its cache entries.
+	for _, f := range []struct {
+		name string
+		pats []string
+	}{{"prune-exclude", s.r.PruneExclude()}, {"prune-include", s.r.PruneInclude()}, {"prune-remove", s.r.PruneRemove()}} {
+		if len(f.pats) > 0 {
+			in.Add(f.name, strings.Join(f.pats, "\n"))
+		}
+	}
 	return in, nil
 }
 
@@ -124,7 +133,7 @@ var dpkgFilter = []string{
 	"path-include=/usr/share/locale/locale.alias",
 }
 
-// dpkgFilterHook applies dpkgFilter from the extract hook on, instead of
+// dpkgFilterHook applies opts (dpkgFilter, and a recipe's prune patterns) from the extract hook on, instead of
 // mmdebstrap's --dpkgopt: given --dpkgopt, mmdebstrap pipes every essential
 // package's extraction through mmtarfilter, a Python process per package
 // that re-parses the whole archive, which costs more than the rest of the
@@ -136,9 +145,9 @@ var dpkgFilter = []string{
 // --install of the essential packages and apt's install of the rest filter
 // as before. The tarball is the same, byte for byte, as with --dpkgopt (the
 // test recipe's package set, compared by hand), so bootstrapVersion stays.
-var dpkgFilterHook = func() string {
+func dpkgFilterHook(opts []string) string {
 	var w []string
-	for _, o := range dpkgFilter {
+	for _, o := range opts {
 		w = append(w, shellQuote(o))
 	}
 	return `printf '%s\n' ` + strings.Join(w, " ") + ` > "$1"/etc/dpkg/dpkg.cfg.d/99mmdebstrap && ` +
@@ -146,7 +155,7 @@ var dpkgFilterHook = func() string {
 		`[ -d "$d" ] || continue; t=$(stat -c %Y "$d") && ` +
 		`find "$d" -mindepth 1 ! -type d ! -path "/usr/share/doc/*/copyright" ! -path /usr/share/locale/locale.alias -delete && ` +
 		`find "$d" -mindepth 1 -depth -type d -empty -delete && touch -m -d "@$t" "$d" || exit 1; done'`
-}()
+}
 
 func packagesHook(out string) string {
 	return `chroot "$1" dpkg-query -W -f='${Package}\t${Version}\n' > ` + shellQuote(out)
@@ -289,8 +298,11 @@ func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 		"--format=directory",
 		"--arch=" + b.Architecture,
 		"--components=" + strings.Join(b.Components, ","),
-		"--extract-hook=" + dpkgFilterHook,
+		"--extract-hook=" + dpkgFilterHook(dpkgOptions(s.r)),
 		"--essential-hook=" + noInitramfsHook,
+	}
+	if h := pruneExtractHook(s.r); h != "" {
+		args = append(args, "--extract-hook="+h)
 	}
 	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.FormatInt(s.epoch, 10))
 	if s.native != nil {
@@ -308,6 +320,9 @@ func (s *bootstrapStep) install(ctx context.Context, tree, out string) error {
 		}
 	}
 	args = append(args, pool...)
+	if h := pruneRemoveHook(s.r); h != "" {
+		args = append(args, "--customize-hook="+h)
+	}
 	args = append(args,
 		"--customize-hook="+cleanupHook,
 		"--customize-hook="+packagesHook(filepath.Join(out, step.PackagesList)),

@@ -132,7 +132,7 @@ func TestDpkgFilterHook(t *testing.T) {
 	buildertest.Must(t, os.Symlink("foo", filepath.Join(root, "usr/share/doc/bar")))
 	old := time.Unix(1600000000, 0)
 	buildertest.Must(t, os.Chtimes(filepath.Join(root, "usr/share/locale"), old, old))
-	if out, err := exec.Command("sh", "-c", dpkgFilterHook, "exec", root).CombinedOutput(); err != nil {
+	if out, err := exec.Command("sh", "-c", dpkgFilterHook(dpkgFilter), "exec", root).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	var got []string
