@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ironcore-dev/os-builder/internal/httpsonly"
 )
 
 // DefaultLayout is where Push writes when no reference is given.
@@ -65,11 +67,21 @@ func (o Options) remoteOptions(ctx context.Context) []remote.Option {
 	if kc == nil {
 		kc = authn.DefaultKeychain
 	}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
-	if o.Transport != nil {
-		opts = append(opts, remote.WithTransport(o.Transport))
+	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(o.transport())}
+}
+
+// transport is o.Transport (default: go-containerregistry's), refusing
+// plain HTTP to a registry not on loopback unless o.Insecure: the library
+// would otherwise fall back to it for private ranges by itself.
+func (o Options) transport() http.RoundTripper {
+	rt := o.Transport
+	if rt == nil {
+		rt = remote.DefaultTransport
 	}
-	return opts
+	if o.Insecure {
+		return rt
+	}
+	return httpsonly.Transport(rt)
 }
 
 func (o Options) nameOptions() []name.Option {

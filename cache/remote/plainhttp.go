@@ -1,40 +1,7 @@
 package remote
 
-import (
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"strings"
-)
+import "github.com/ironcore-dev/os-builder/internal/httpsonly"
 
-// ErrPlainHTTP is a plain-HTTP request to a registry that is not on
-// loopback, made without Insecure. go-containerregistry falls back to
-// plain HTTP for private-range (10/8, 172.16/12, 192.168/16) and *.local
-// registries by itself; the cache's credentials and entries must not
-// cross a network in clear unless the user said so.
-var ErrPlainHTTP = errors.New("plain HTTP to a registry not on loopback needs --insecure")
-
-// httpsOnly refuses plain-HTTP requests to hosts not on loopback, before
-// anything is dialed.
-type httpsOnly struct{ next http.RoundTripper }
-
-func (t httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "https" && !isLoopback(req.URL.Hostname()) {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), ErrPlainHTTP)
-	}
-	return t.next.RoundTrip(req)
-}
-
-// isLoopback: localhost (and names under it, RFC 6761) or a loopback IP.
-func isLoopback(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+// ErrPlainHTTP is a plain-HTTP request to a registry not on loopback made
+// without Insecure (internal/httpsonly).
+var ErrPlainHTTP = httpsonly.ErrPlainHTTP

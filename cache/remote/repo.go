@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ironcore-dev/os-builder/cache"
+	"github.com/ironcore-dev/os-builder/internal/httpsonly"
 	"github.com/ironcore-dev/os-builder/internal/ocirace"
 )
 
@@ -72,7 +73,7 @@ func Open(ref string, options ...Option) (*Repo, error) {
 	}
 	var rt http.RoundTripper = tr
 	if !cfg.insecure {
-		rt = httpsOnly{tr}
+		rt = httpsonly.Transport(tr)
 	}
 	opts := []remote.Option{
 		remote.WithAuthFromKeychain(authn.DefaultKeychain),

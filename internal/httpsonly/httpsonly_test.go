@@ -1,4 +1,4 @@
-package remote
+package httpsonly
 
 import "testing"
 
@@ -11,8 +11,8 @@ func TestIsLoopback(t *testing.T) {
 		"10.0.0.1": false, "172.16.5.4": false, "192.168.1.1": false, "fd00::1": false, "registry.local": false,
 		"ghcr.io": false, "localhost.example.com": false, "": false,
 	} {
-		if got := isLoopback(host); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", host, got, want)
+		if got := IsLoopback(host); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", host, got, want)
 		}
 	}
 }
