@@ -150,6 +150,13 @@ type VM struct {
 	logFile *os.File
 
 	stopOnce sync.Once
+	stopped  bool // Stop ended the guest (the boot log's outcome)
+
+	slot    *slot // the machine-wide place the guest holds (slots.go)
+	waited  time.Duration
+	endLife context.CancelFunc
+	record  BootRecord
+	start   time.Time
 }
 
 // Start starts QEMU for cfg. The VM stops when ctx ends or Stop is called.
@@ -164,15 +171,28 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	if cfg.Arch == "arm64" && (cfg.SecureBoot || cfg.TPMSocket != "") {
 		return nil, errors.New("qemu: Secure Boot and TPM are not set up for arm64 guests")
 	}
-	tmp, err := os.MkdirTemp("", "osb-qemu-")
-	if err != nil {
-		return nil, fmt.Errorf("qemu: %w", err)
-	}
 	if cfg.Paused && !cfg.Monitor {
-		os.RemoveAll(tmp)
 		return nil, errors.New("qemu: Config.Paused needs Config.Monitor to resume the VM")
 	}
-	vm := &VM{tmpDir: tmp, monitor: cfg.Monitor, changed: make(chan struct{}), done: make(chan struct{})}
+	record, asked := cfg.describe(), time.Now()
+	held := takeReservation()
+	if held == nil {
+		var err error
+		if held, err = waitSlot(ctx); err != nil {
+			return nil, err
+		}
+	}
+	waited := time.Since(asked)
+	record.Waited = seconds(waited)
+	// The guest lives until ctx's deadline moved by the wait (slots.go).
+	ctx, endLife := shifted(ctx, waited)
+	tmp, err := os.MkdirTemp("", "osb-qemu-")
+	if err != nil {
+		held.release()
+		endLife()
+		return nil, fmt.Errorf("qemu: %w", err)
+	}
+	vm := &VM{tmpDir: tmp, monitor: cfg.Monitor, changed: make(chan struct{}), done: make(chan struct{}), slot: held, record: record, waited: waited, endLife: endLife}
 	vm.markers = DefaultFailureMarkers
 	if cfg.FailureMarkers != nil {
 		vm.markers = cfg.FailureMarkers
@@ -187,18 +207,21 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 			template = cfg.Vars
 		}
 		if err := copyFile(template, varsFile); err != nil {
-			os.RemoveAll(tmp)
+			vm.cleanup()
 			return nil, fmt.Errorf("qemu: copy OVMF vars: %w", err)
 		}
 	}
 	if cfg.SerialLog != "" {
 		if vm.logFile, err = os.Create(cfg.SerialLog); err != nil {
-			os.RemoveAll(tmp)
+			vm.cleanup()
 			return nil, fmt.Errorf("qemu: %w", err)
 		}
 	}
 	vm.cmd = exec.CommandContext(ctx, binary, cfg.Args(varsFile)...)
 	vm.cmd.WaitDelay = 5 * time.Second
+	if held != nil {
+		vm.cmd.ExtraFiles = []*os.File{held.f} // see slots.go
+	}
 	stdout, err := vm.cmd.StdoutPipe()
 	if err != nil {
 		vm.cleanup()
@@ -215,6 +238,7 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 		vm.cleanup()
 		return nil, fmt.Errorf("qemu: start %s: %w", binary, err)
 	}
+	vm.start = time.Now()
 	go vm.pump(stdout)
 	return vm, nil
 }
@@ -255,11 +279,21 @@ func (vm *VM) pump(r io.Reader) {
 		}
 	}
 	werr := vm.cmd.Wait()
+	vm.slot.release()
+	vm.endLife()
 	vm.mu.Lock()
 	vm.exited, vm.waitErr = true, werr
 	close(vm.changed)
 	vm.changed = make(chan struct{})
+	vm.record.Ran, vm.record.Outcome = seconds(time.Since(vm.start)), "exited"
+	if vm.stopped {
+		vm.record.Outcome = "stopped"
+	}
+	record := vm.record
 	vm.mu.Unlock()
+	if err := appendBootRecord(record); err != nil {
+		fmt.Fprintln(os.Stderr, err) // the table lacks a row; the boot is fine
+	}
 	close(vm.done)
 }
 
@@ -326,6 +360,8 @@ var ErrExited = errors.New("qemu exited")
 // whole console is searched each time, so a marker seen earlier fails every
 // later WaitFor too.
 func (vm *VM) WaitFor(ctx context.Context, want ...string) (string, error) {
+	ctx, cancel := shifted(ctx, vm.waited) // the slot's wait is not the guest's time
+	defer cancel()
 	for {
 		vm.mu.Lock()
 		out := StripANSI(vm.console.String())
@@ -398,6 +434,9 @@ func tailOf(s string, n int) string {
 // more than once.
 func (vm *VM) Stop() {
 	vm.stopOnce.Do(func() {
+		vm.mu.Lock()
+		vm.stopped = !vm.exited
+		vm.mu.Unlock()
 		if vm.cmd.Process != nil {
 			vm.cmd.Process.Kill()
 		}
@@ -419,6 +458,10 @@ func (vm *VM) ExitErr() error {
 }
 
 func (vm *VM) cleanup() {
+	if vm.cmd == nil || vm.cmd.Process == nil {
+		vm.slot.release() // never started: pump does not run
+	}
+	vm.endLife()
 	if vm.logFile != nil {
 		vm.logFile.Close()
 	}
