@@ -22,29 +22,41 @@ import (
 )
 
 // TestV2KindsBoot pushes the test image (make test-image) to a real
-// registry (v1 and V2, as builder push does) and boots each IronCore Image V2 kind as the IEP reader
-// (osimagetest.ReadV2) finds it there, under OVMF (q35, TCG): the EFI
-// kind's executable over native UEFI HTTP boot (slirp boot file), the UKI
-// kind as kernel + its initrd layers concatenated with the config's
-// command line, and the Disk kind's qcow2 converted back to raw by the
-// test reader and booted as a disk.
+// registry (v1 and V2, as builder push does) and reads each IronCore Image
+// V2 kind back as the IEP reader (osimagetest.ReadV2) finds it there: the
+// EFI kind's executable, the UKI kind's kernel and initrd layers with the
+// config's command line, and the Disk kind's qcow2 converted back to raw by
+// the test reader.
 //
-// The UKI and Disk kinds read back are byte for byte the v1 artifacts
-// (vmlinuz, initrd.img and cmdline; disk.raw) that the builder's
-// TestBootLiveKernelInitrd and TestBootDisk boot as built, so the test
-// checks that identity and boots them only with OSB_V2_BOOT_ALL=1: make
-// test has one boot per distinct byte stream, not two (each costs minutes
-// under TCG). The EFI kind always boots: its path (a registry layer
-// streamed to native UEFI HTTP boot) is this test's own.
+// Each kind read back is byte for byte a v1 artifact that other tests boot
+// as built, so the test checks that identity (digest and streamed bytes)
+// and boots the kinds only with OSB_V2_BOOT_ALL=1, under OVMF (q35, TCG):
+// make test has one boot per distinct byte stream and firmware path, not
+// two (each costs minutes under TCG).
+//   - EFI: the executable layer is the uki.efi file layer (its digest is
+//     uki.efi's sha256, the v1 image's very blob). builder
+//     TestBootUKIOverHTTP boots uki.efi over OVMF's native HTTP boot to
+//     multi-user; boot/e2e TestQEMUBoots/uefi-http-20pct-faults boots this
+//     registry blob, streamed by the artifact server, over the same path
+//     to our init's start.
+//     With OSB_V2_BOOT_ALL=1 it boots here over native UEFI HTTP boot
+//     (slirp boot file), streamed from the registry.
+//   - UKI: vmlinuz, initrd.img and cmdline, which builder
+//     TestBootLiveKernelInitrd boots; with OSB_V2_BOOT_ALL=1 as kernel +
+//     its initrd layers concatenated with the config's command line.
+//   - Disk: disk.raw, which builder TestBootDisk boots; with
+//     OSB_V2_BOOT_ALL=1 as a disk.
 func TestV2KindsBoot(t *testing.T) {
 	if testing.Short() {
-		t.Skip("boots QEMU")
+		t.Skip("pushes the test image")
 	}
 	t.Parallel()
 	host := requireRegistry(t)
-	testutil.RequireTool(t, qemu.Binary)
+	if bootAll() {
+		testutil.RequireTool(t, qemu.Binary)
+		testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
+	}
 	testutil.RequireTool(t, "qemu-img")
-	testutil.RequireFiles(t, qemu.OVMFCode, qemu.OVMFVars)
 	out := testutil.Output(t, testutil.TestOutputEnv)
 	ctx := context.Background()
 	ref := host + "/os-images/v2boot:test"
@@ -68,7 +80,26 @@ func TestV2KindsBoot(t *testing.T) {
 	t.Run("EFI", func(t *testing.T) {
 		t.Parallel()
 		v := read(t, "application/vnd.ironcore+efi")
+		if n := len(v.Layers["executable"]); n != 1 {
+			t.Fatalf("the EFI kind has %d executable layers, want 1", n)
+		}
 		exe := v.Layers["executable"][0]
+		uki := filepath.Join(out, "uki.efi")
+		if want := testutil.FileSHA256(t, uki); exe.Digest.Algorithm != "sha256" || exe.Digest.Hex != want {
+			t.Fatalf("the EFI kind's executable layer is %s, not uki.efi's sha256:%s", exe.Digest, want)
+		}
+		streamed := filepath.Join(t.TempDir(), "executable.efi")
+		writeLayers(t, v, streamed, v.Layers["executable"])
+		sameBytes(t, streamed, uki)
+		if fi, err := os.Stat(streamed); err != nil {
+			t.Fatal(err)
+		} else if fi.Size() != exe.Size {
+			t.Fatalf("streamed %d bytes of the executable; its descriptor says %d", fi.Size(), exe.Size)
+		}
+		if !bootAll() {
+			t.Log("the executable is the uki.efi TestBootUKIOverHTTP boots over native HTTP (OSB_V2_BOOT_ALL=1 boots it here too)")
+			return
+		}
 		fetched := make(chan string, 8)
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fetched <- r.URL.Path

@@ -2,23 +2,19 @@ package uki
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-const (
-	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
-)
+// The QEMU boots of this package's UKIs are TestSecureBootEnforced
+// (secureboot_test.go); these are what they boot: a real kernel, and an
+// initrd holding testdata/bootinit.
 
 // testKernel finds a real kernel: $OSB_TEST_KERNEL, else the test image's
 // (vmlinuz in $OSB_TEST_OUTPUT), else one in the development root file
@@ -77,88 +73,4 @@ func bootInitrd(t *testing.T) []byte {
 	newcEntry(&buf, 4, "init", 0o100755, 0, 0, initBin)
 	newcEntry(&buf, 0, "TRAILER!!!", 0, 0, 0, nil)
 	return buf.Bytes()
-}
-
-// TestBootInQEMU boots a signed UKI built from a real kernel in QEMU with
-// OVMF (-kernel hands the PE to the firmware, which starts systemd-stub).
-// The init printing the marker from the .cmdline section proves the stub
-// ran, used the embedded command line and passed the embedded initrd.
-func TestBootInQEMU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boot test skipped in -short mode")
-	}
-	kernelPath := testKernel(t)
-	qemu := testutil.RequireTool(t, "qemu-system-x86_64")
-	testutil.RequireFiles(t, ovmfCode, ovmfVars)
-	kernel, err := os.ReadFile(kernelPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := testKeyDir(t)
-	key, cert, err := LoadSigner(filepath.Join(dir, KeyFile), filepath.Join(dir, CertFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	marker := fmt.Sprintf("osb.ukitest=%d", time.Now().UnixNano())
-	work := t.TempDir()
-	ukiPath := filepath.Join(work, "uki.efi")
-	err = BuildFile(ukiPath, Options{
-		Stub:        hostStub(t),
-		Kernel:      kernel,
-		Initrd:      bootInitrd(t),
-		Cmdline:     "console=ttyS0 panic=-1 loglevel=4 " + marker,
-		OSRelease:   "ID=debian\nPRETTY_NAME=\"uki boot test\"\n",
-		Uname:       strings.TrimPrefix(filepath.Base(kernelPath), "vmlinuz-"),
-		Signer:      key,
-		Certificate: cert,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vars := filepath.Join(work, "OVMF_VARS.fd")
-	varsData, err := os.ReadFile(ovmfVars)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(vars, varsData, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, qemu,
-		"-machine", "q35", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot",
-		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+ovmfCode,
-		"-drive", "if=pflash,format=raw,unit=1,file="+vars,
-		"-nic", "none",
-		"-kernel", ukiPath,
-	)
-	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err = cmd.Run()
-	log := out.String()
-	if ctx.Err() != nil {
-		t.Fatalf("QEMU did not power off within the timeout; console:\n%s", tail(log, 4000))
-	}
-	if err != nil {
-		t.Fatalf("QEMU: %v; console:\n%s", err, tail(log, 4000))
-	}
-	if !strings.Contains(log, "uki-boot-ok") {
-		t.Fatalf("init never reported; console:\n%s", tail(log, 4000))
-	}
-	line := log[strings.Index(log, "uki-boot-ok"):]
-	line, _, _ = strings.Cut(line, "\n")
-	if !strings.Contains(line, marker) {
-		t.Fatalf("kernel command line lacks the .cmdline marker %q: %s", marker, line)
-	}
-	t.Logf("booted in %v: %s", time.Since(start).Round(time.Second), strings.TrimSpace(line))
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }

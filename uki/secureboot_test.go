@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,14 +23,17 @@ import (
 // Boot0001 ... : Access Denied" (a Secure Boot security violation).
 const accessDenied = "Access Denied"
 
-var bootOK = regexp.MustCompile(`uki-boot-ok pid=1 cmdline="[^"]*" secureboot=(\w+) pcr11=(\w+)`)
+var bootOK = regexp.MustCompile(`uki-boot-ok pid=1 cmdline="([^"]*)" secureboot=(\w+) pcr11=(\w+)`)
 
 // TestSecureBootEnforced boots small UKIs (a real kernel and a one-binary
 // initrd) from an ESP under OVMF's Secure Boot firmware whose db holds the
 // test key, enrolled by qemu.EnrollSecureBoot, and a software TPM:
 //   - signed with the enrolled key: boots, the kernel reports Secure Boot
 //     enabled, and PCR 11 read first thing in user space is what
-//     PredictPCR11 says for the stub's measurements alone;
+//     PredictPCR11 says for the stub's measurements alone; the init (pid
+//     1, from the UKI's .initrd) printing this run's marker from the
+//     .cmdline section proves systemd-stub ran and passed the embedded
+//     command line and initrd to the kernel;
 //   - unsigned, or signed with another key: the firmware refuses it.
 //
 // The signed boot is the refusals' control: without signing (or with a
@@ -61,12 +65,14 @@ func TestSecureBootEnforced(t *testing.T) {
 		t.Fatal(err)
 	}
 	initrd := bootInitrd(t)
+	marker := fmt.Sprintf("osb.ukitest=%d", time.Now().UnixNano())
 	esp := func(name string, signer crypto.Signer, c *x509.Certificate) (disk string, img []byte) {
 		t.Helper()
 		img, err := Build(Options{
 			Stub: hostStub(t), Kernel: kernel, Initrd: initrd,
-			Cmdline:   "console=ttyS0 panic=-1 loglevel=4",
+			Cmdline:   "console=ttyS0 panic=-1 loglevel=4 " + marker,
 			OSRelease: "ID=debian\nPRETTY_NAME=\"secure boot test\"\n",
+			Uname:     strings.TrimPrefix(filepath.Base(kernelPath), "vmlinuz-"),
 			Signer:    signer, Certificate: c,
 		})
 		if err != nil {
@@ -128,9 +134,12 @@ func TestSecureBootEnforced(t *testing.T) {
 		if m == nil {
 			t.Fatalf("no report line on the console")
 		}
-		t.Logf("guest reports secureboot=%s pcr11=%s", m[1], m[2])
-		if m[1] != "enabled" {
-			t.Errorf("kernel says Secure Boot %s, want enabled", m[1])
+		t.Logf("guest reports cmdline=%q secureboot=%s pcr11=%s", m[1], m[2], m[3])
+		if !strings.Contains(m[1], marker) {
+			t.Errorf("kernel command line lacks the .cmdline marker %q: %q", marker, m[1])
+		}
+		if m[2] != "enabled" {
+			t.Errorf("kernel says Secure Boot %s, want enabled", m[2])
 		}
 		if tpmSock == "" {
 			t.Log("swtpm not installed: PCR 11 not checked")
@@ -140,8 +149,8 @@ func TestSecureBootEnforced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m[2] != fmt.Sprintf("%x", want) {
-			t.Errorf("PCR 11 in the guest is %s, predicted %x", m[2], want)
+		if m[3] != fmt.Sprintf("%x", want) {
+			t.Errorf("PCR 11 in the guest is %s, predicted %x", m[3], want)
 		}
 	})
 	t.Run("unsigned refused", func(t *testing.T) {

@@ -1,7 +1,10 @@
 // Package e2e boots the test recipe's image end to end: published to a real
 // registry, resolved and driven by the boot driver, which speaks Redfish
 // (gofish over HTTP) to the emulator's QEMU tier, which boots a real VM. Each
-// boot is asserted on the VM's serial console.
+// boot is asserted on the VM's serial console, as deep as its own claims
+// need (see depth): that the same bytes reach multi-user over the same
+// firmware path is the builder's tests' claim (TestBootUKIOverHTTP,
+// TestBootISO, TestBootDisk, TestBootDiskGrows).
 package e2e
 
 import (
@@ -115,6 +118,12 @@ type bmc struct {
 	url     string
 }
 
+// newBMC makes the (sub)test's machine and the BMC in front of it. It
+// first reserves a guest slot (qemu.Reserve) for the rest of the (sub)test:
+// the VMs the BMC's power actions start take it, so the wait for a core,
+// when other guests hold them all, is over before the caller starts the
+// driver's clocks (its contexts, EvidenceTimeout), which know nothing of
+// slots. Callers make their contexts after newBMC.
 func newBMC(t *testing.T, opts redfishemu.Options, seedDisk string) *bmc {
 	t.Helper()
 	m, err := qemutier.New(qemutier.Config{Dir: t.TempDir(), Logf: t.Logf})
@@ -128,6 +137,15 @@ func newBMC(t *testing.T, opts redfishemu.Options, seedDisk string) *bmc {
 		if err := m.SeedDisk(seedDisk); err != nil {
 			t.Fatal(err)
 		}
+	}
+	waitStart := time.Now()
+	release, err := qemu.Reserve(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release) // after m.Close (cleanups run last first); a running guest keeps it until it ends
+	if w := time.Since(waitStart); w > time.Second {
+		t.Logf("waited %s for a guest slot", w.Round(time.Second))
 	}
 	m.Attach(&opts)
 	b := &bmc{emu: redfishemu.New(opts), machine: m}
@@ -168,16 +186,48 @@ func (e *env) driver() *boot.Driver {
 	return &boot.Driver{Publisher: e.art, Evidence: e.art.FetchEvidence(), EvidenceTimeout: 5 * time.Minute, PollInterval: 100 * time.Millisecond}
 }
 
+// depth is how far expectConsole follows a boot past its want lines.
+type depth int
+
+const (
+	// initStarted: the want lines only. With want naming our init's
+	// start line (osb-init: starting: mode=memory root=initrd), the
+	// target's artifact reached the guest and our init runs from it:
+	// all a memory boot's driver claims need.
+	initStarted depth = iota
+	// rootReady: also osb-init: root ready. With want naming
+	// root=partlabel:osb-root, a disk boot took the disk's root.
+	rootReady
+	// multiUser: also testutil.TestImageMarkers, the image's full
+	// multi-user (its layer's unit, file and user).
+	multiUser
+)
+
+func (d depth) String() string {
+	return [...]string{"init start", "root ready", "multi-user"}[d]
+}
+
+// markers are the lines d adds to a boot's want lines.
+func (d depth) markers() []string {
+	switch d {
+	case rootReady:
+		return []string{testutil.RootReady}
+	case multiUser:
+		return testutil.TestImageMarkers
+	}
+	return nil
+}
+
 // expectConsole waits until the console of the machine's n-th boot shows
-// want and the boot markers, failing early on a failure marker (panic,
-// osb-init: FATAL, the UEFI shell).
-func expectConsole(t *testing.T, ctx context.Context, m *qemutier.Machine, n int, want ...string) {
+// want and, after them, d's markers, failing early on a failure marker
+// (panic, osb-init: FATAL, the UEFI shell).
+func expectConsole(t *testing.T, ctx context.Context, m *qemutier.Machine, n int, d depth, want ...string) {
 	t.Helper()
 	b, err := m.WaitBoot(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range append(want, testutil.TestImageMarkers...) {
+	for _, w := range append(append([]string{}, want...), d.markers()...) {
 		if _, err := b.VM.WaitFor(ctx, w); err != nil {
 			t.Fatalf("boot %d (%s): %v", n, b.Event.Target, err)
 		}
@@ -187,7 +237,11 @@ func expectConsole(t *testing.T, ctx context.Context, m *qemutier.Machine, n int
 // TestQEMUBoots boots the test image through the driver, Redfish and QEMU
 // via every method (UEFI HTTP through a BMC failing 20% of its requests),
 // then NetworkBootOnce followed by a reset to disk. The boots run one after
-// the other: each is a full TCG boot.
+// the other (TCG). A boot whose bytes and firmware path reach multi-user in
+// the builder's tests stops once the driver's claims are proven: the
+// target, the artifact in the guest, our init started (memory boots) or
+// the disk's root ready (disk boots). Full multi-user is kept where no
+// other test has it: iPXE, and the disk after a network boot once.
 func TestQEMUBoots(t *testing.T) {
 	e := newEnv(t)
 	disk := filepath.Join(e.out, "disk.raw")
@@ -204,23 +258,30 @@ func TestQEMUBoots(t *testing.T) {
 		method   osimage.BootMethod
 		opts     redfishemu.Options
 		seedDisk string
-		want     []string // before the boot markers
+		depth    depth
+		want     []string // before depth's markers
 		target   string
 	}{
 		// The HTTP boot goes through a BMC failing 20% of its requests
-		// (503, stale ETag) and requiring If-Match.
+		// (503, stale ETag) and requiring If-Match. uki.efi (this blob)
+		// over OVMF's HTTP boot to multi-user: builder TestBootUKIOverHTTP.
 		{"uefi-http-20pct-faults", osimage.BootUEFIHTTP, redfishemu.Options{FaultRate: 0.2, Seed: 7, RequireIfMatch: true}, "",
-			[]string{"osb-init: starting: mode=memory root=initrd"}, "UefiHttp"},
-		{"ipxe", osimage.BootPXE, redfishemu.Options{}, "", []string{"iPXE", "osb-init: starting: mode=memory root=initrd"}, "Pxe"},
-		{"virtual-media", osimage.BootVirtualMedia, redfishemu.Options{InsertRequiresEject: true}, "", []string{"osb-init: starting"}, "Cd"},
-		{"disk", osimage.BootDisk, redfishemu.Options{}, disk, []string{"root=partlabel:osb-root"}, "Hdd"},
+			initStarted, []string{"osb-init: starting: mode=memory root=initrd"}, "UefiHttp"},
+		// The one iPXE boot to multi-user: no other test boots iPXE-EFI.
+		{"ipxe", osimage.BootPXE, redfishemu.Options{}, "", multiUser, []string{"iPXE", "osb-init: starting: mode=memory root=initrd"}, "Pxe"},
+		// image.iso from a CD to multi-user: builder TestBootISO.
+		{"virtual-media", osimage.BootVirtualMedia, redfishemu.Options{InsertRequiresEject: true}, "",
+			initStarted, []string{"osb-init: starting: mode=memory root=initrd"}, "Cd"},
+		// disk.raw grown to 4 GiB to multi-user: builder TestBootDiskGrows
+		// (and network-boot-once-then-disk's second boot below).
+		{"disk", osimage.BootDisk, redfishemu.Options{}, disk, rootReady, []string{"root=partlabel:osb-root"}, "Hdd"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			b := newBMC(t, tc.opts, tc.seedDisk) // waits for a guest slot
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 			defer cancel()
-			b := newBMC(t, tc.opts, tc.seedDisk)
 			p := e.plan(t, tc.method, boot.NetworkBootAlways)
 			for _, s := range p.Steps {
 				if len(s.Scripts) > 0 {
@@ -230,7 +291,7 @@ func TestQEMUBoots(t *testing.T) {
 			}
 			before := e.requestCount()
 			run(t, b, p, &boot.State{})
-			expectConsole(t, ctx, b.machine, 1, tc.want...)
+			expectConsole(t, ctx, b.machine, 1, tc.depth, tc.want...)
 			if boots := b.emu.Boots(); len(boots) != 1 || boots[0].Target != tc.target {
 				t.Errorf("emulator boots = %+v, want one %s boot", boots, tc.target)
 			}
@@ -240,20 +301,21 @@ func TestQEMUBoots(t *testing.T) {
 			if tc.opts.FaultRate > 0 && b.emu.Faults() == 0 {
 				t.Errorf("no faults injected in %d requests", b.emu.Requests())
 			}
-			t.Logf("%s boot to multi-user in %s (%d BMC requests, %d injected faults)", tc.name,
+			t.Logf("%s boot to %s in %s (%d BMC requests, %d injected faults)", tc.name, tc.depth,
 				time.Since(start).Round(time.Second), b.emu.Requests(), b.emu.Faults())
 		})
 	}
 
 	t.Run("network-boot-once-then-disk", func(t *testing.T) {
+		b := newBMC(t, redfishemu.Options{}, disk) // waits for a guest slot
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 		defer cancel()
-		b := newBMC(t, redfishemu.Options{}, disk)
 		p := e.plan(t, osimage.BootUEFIHTTP, boot.NetworkBootOnce)
 		st := &boot.State{}
 		run(t, b, p, st)
-		expectConsole(t, ctx, b.machine, 1, "osb-init: starting: mode=memory root=initrd")
+		// The network boot: as uefi-http above, to our init's start.
+		expectConsole(t, ctx, b.machine, 1, initStarted, "osb-init: starting: mode=memory root=initrd")
 		if c, _ := st.Condition(boot.ConditionDiskPinned); c.Status != boot.ConditionTrue {
 			t.Errorf("DiskPinned = %+v", c)
 		}
@@ -265,7 +327,8 @@ func TestQEMUBoots(t *testing.T) {
 		if err := c.Reset(ctx, "ForceRestart"); err != nil {
 			t.Fatal(err)
 		}
-		expectConsole(t, ctx, b.machine, 2, "root=partlabel:osb-root")
+		// The disk after a network boot once, to multi-user.
+		expectConsole(t, ctx, b.machine, 2, multiUser, "root=partlabel:osb-root")
 		// The driver, run again with the saved state, does not re-provision;
 		// neither does a new plan (say, another artifact server) with it.
 		run(t, b, p, st)
@@ -298,10 +361,10 @@ func TestQEMUBoots(t *testing.T) {
 // nothing. A re-run of the driver with the saved state installs nothing.
 func TestQEMUInstall(t *testing.T) {
 	e := newEnv(t)
+	b := newBMC(t, redfishemu.Options{}, "") // a blank disk; waits for a guest slot
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	b := newBMC(t, redfishemu.Options{}, "") // a blank disk
 	p, err := boot.Resolve(e.identity, boot.Request{Image: e.ref.String(), Policy: boot.NetworkBootOnce, ArtifactBaseURL: e.artURL,
 		Install: boot.Install{Mode: osimage.InstallDisk, Target: "serial:" + qemutier.DefaultDiskSerial}})
 	if err != nil {
@@ -335,8 +398,9 @@ func TestQEMUInstall(t *testing.T) {
 	t.Logf("installed in %s: %s", installed.Sub(start).Round(time.Second),
 		lineWith(qemu.StripANSI(installer.VM.Console()), "osb-init: install: wrote"))
 
-	// No driver call in between: the guest's own reboot boots the disk.
-	expectConsole(t, ctx, b.machine, 2, "root=partlabel:osb-root", "osb-probe: boots=1")
+	// No driver call in between: the guest's own reboot boots the disk,
+	// the one installed disk to reach multi-user.
+	expectConsole(t, ctx, b.machine, 2, multiUser, "root=partlabel:osb-root", "osb-probe: boots=1")
 	if boots := b.emu.Boots(); len(boots) != 2 || boots[0].Target != "Pxe" || boots[1].Target != "Hdd" {
 		t.Errorf("emulator boots = %+v, want Pxe then Hdd", boots)
 	}

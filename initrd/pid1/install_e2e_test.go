@@ -1,9 +1,12 @@
 package pid1_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/diskfs/go-diskfs/partition/gpt"
+	"golang.org/x/sys/unix"
 
 	"github.com/ironcore-dev/os-builder/internal/qemu"
 	"github.com/ironcore-dev/os-builder/internal/qemu/qemutest"
@@ -68,6 +72,12 @@ type fixture struct {
 	// firstInstall is the installer's "wrote ... MB/s" line of the first
 	// complete install onto a blank disk, for TestInstallThroughput.
 	firstInstall string
+	// booted is the diskDigest of a fresh install (disk.raw onto a blank,
+	// or interim-table, 3 GiB target), taken before its first disk boot,
+	// set once that boot created osb-data and the probe counted boot 1
+	// (TestInstallReinstallKeepsPersistedPaths' first boot): see
+	// bootInstalled.
+	booted string
 }
 
 var (
@@ -316,6 +326,95 @@ func (f *fixture) bootDisk(t *testing.T, disk string, want ...string) string {
 	return qemu.StripANSI(vm.Console())
 }
 
+// bootInstalled proves that the fresh install on disk boots: osb-data is
+// created, the persisted path set up, the probe counts boot 1. The
+// installer's output depends only on disk.raw and the target's size
+// (disk.raw's GUIDs, no clock, no randomness), so once one fresh install
+// booted so in this run (f.booted), an install whose diskDigest equals it
+// is the same disk and needs no boot of its own. Without such a boot (the
+// test runs alone, or the first one failed) it boots disk itself and, if
+// that passes, becomes the reference.
+func (f *fixture) bootInstalled(t *testing.T, disk string) {
+	t.Helper()
+	sum := diskDigest(t, disk)
+	f.mu.Lock()
+	ref := f.booted
+	f.mu.Unlock()
+	if ref != "" {
+		if sum != ref {
+			t.Fatalf("the install differs from the fresh install that booted in this run: content digest %s, want %s", sum, ref)
+		}
+		t.Logf("the installed disk is the one that booted in this run (content digest %s): not booted again", sum)
+		return
+	}
+	f.bootDisk(t, disk, "persist: creating osb-data", "persist: "+persistedPath, "osb-probe: boots=1")
+	f.recordBooted(sum)
+}
+
+// recordBooted keeps sum, the diskDigest of a fresh install taken before
+// it booted as bootInstalled requires, for the installs that follow.
+func (f *fixture) recordBooted(sum string) {
+	f.mu.Lock()
+	if f.booted == "" {
+		f.booted = sum
+	}
+	f.mu.Unlock()
+}
+
+// diskDigest is the sha256 of a raw disk's size and of its non-zero 4 KiB
+// blocks with their offsets: equal for equal contents however sparse the
+// files (a guest's zeros may be written or left as holes), and it reads
+// only the data extents (SEEK_DATA/SEEK_HOLE), about disk.raw's size of a
+// 3 GiB target.
+func diskDigest(t *testing.T, p string) string {
+	t.Helper()
+	const block = 4096
+	fh, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fi.Size()
+	h := sha256.New()
+	h.Write(binary.LittleEndian.AppendUint64(nil, uint64(size)))
+	buf, zero := make([]byte, 1<<20), make([]byte, block)
+	for off := int64(0); off < size; {
+		data, err := fh.Seek(off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // only a hole after off
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: SEEK_DATA: %v", p, err)
+		}
+		hole, err := fh.Seek(data, unix.SEEK_HOLE)
+		if err != nil {
+			t.Fatalf("%s: SEEK_HOLE: %v", p, err)
+		}
+		// Whole blocks at block offsets: a hole reads as zeros.
+		end := min((hole+block-1)/block*block, size)
+		for pos := data / block * block; pos < end; {
+			n, err := fh.ReadAt(buf[:min(int64(len(buf)), end-pos)], pos)
+			if err != nil && !(errors.Is(err, io.EOF) && pos+int64(n) == end) {
+				t.Fatalf("%s: %v", p, err)
+			}
+			for i := 0; i < n; i += block {
+				b := buf[i:min(i+block, n)]
+				if !bytes.Equal(b, zero[:len(b)]) {
+					h.Write(binary.LittleEndian.AppendUint64(nil, uint64(pos)+uint64(i)))
+					h.Write(b)
+				}
+			}
+			pos += int64(n)
+		}
+		off = end
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // partitionNames reads the primary GPT of a raw disk.
 func partitionNames(t *testing.T, disk string) []string {
 	t.Helper()
@@ -338,7 +437,10 @@ func partitionNames(t *testing.T, disk string) []string {
 }
 
 // TestMemoryModeFromURL boots with the root image fetched over HTTP into
-// RAM; a wrong digest is refused before anything is mounted.
+// RAM; a wrong digest is refused before anything is mounted. The good
+// boot ends once the probe counted boot 1 (systemd runs the fetched root):
+// that the same root layers reach multi-user.target in memory mode is
+// builder's TestBootLiveKernelInitrd and TestBootUKIOverHTTP.
 func TestMemoryModeFromURL(t *testing.T) {
 	f := setup(t)
 	t.Run("good digest", func(t *testing.T) {
@@ -346,12 +448,12 @@ func TestMemoryModeFromURL(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		vm := f.directBoot(t, ctx, fmt.Sprintf("osb.root=%s/root.squashfs osb.root.sha256=%s console=ttyS0", f.url, f.rootSHA), "", nil)
-		for _, w := range []string{"osb-init: network: eth", "verified", testutil.RootReady, "osb-probe: boots=1", testutil.MultiUser} {
+		for _, w := range []string{"osb-init: network: eth", "verified", testutil.RootReady, "osb-probe: boots=1"} {
 			if _, err := vm.WaitFor(ctx, w); err != nil {
 				t.Fatal(err)
 			}
 		}
-		t.Logf("multi-user.target after %v\n%s", time.Since(start).Round(time.Second), grepLines(vm.Console(), "osb-init: "))
+		t.Logf("probe counted boot 1 after %v\n%s", time.Since(start).Round(time.Second), grepLines(vm.Console(), "osb-init: "))
 	})
 	t.Run("wrong digest", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -383,7 +485,9 @@ func TestInstallReinstallKeepsPersistedPaths(t *testing.T) {
 	if got := partitionNames(t, disk); strings.Join(got, ",") != "osb-esp,osb-root" {
 		t.Fatalf("installed disk has partitions %v, want osb-esp,osb-root", got)
 	}
+	fresh := diskDigest(t, disk) // before the boot adds osb-data
 	first := f.bootDisk(t, disk, "persist: creating osb-data", "persist: "+persistedPath, "osb-probe: boots=1")
+	f.recordBooted(fresh)
 	if !strings.Contains(first, "osb-probe: outside=absent") {
 		t.Errorf("first boot: %s", grepLines(first, "osb-probe"))
 	}
@@ -402,7 +506,8 @@ func TestInstallReinstallKeepsPersistedPaths(t *testing.T) {
 
 // TestInstallInterrupted kills the installer while it writes, checks that
 // the half-written disk cannot boot (interim GPT, no ESP), then installs
-// again: that install must end in a disk that boots.
+// again: that install must end in a disk that boots, which it does as the
+// very bytes of a blank-disk install that booted (bootInstalled).
 func TestInstallInterrupted(t *testing.T) {
 	f := setup(t)
 	disk := blankDisk(t)
@@ -429,7 +534,7 @@ func TestInstallInterrupted(t *testing.T) {
 		t.Fatalf("the interrupted disk has partitions %v, want the empty interim table", got)
 	}
 	f.installBlank(t, disk)
-	f.bootDisk(t, disk, "persist: creating osb-data", "osb-probe: boots=1")
+	f.bootInstalled(t, disk)
 }
 
 // diskSizeString is how the init prints disk.raw's size in progress lines.
@@ -540,4 +645,44 @@ func fileSHA256(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestDiskDigest: diskDigest sees contents, not sparseness: written zeros
+// and holes are the same, a changed byte (in a block or past the last
+// data) is not.
+func TestDiskDigest(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, at map[int64][]byte) string {
+		p := filepath.Join(dir, name)
+		fh, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+		if err := fh.Truncate(64 << 20); err != nil {
+			t.Fatal(err)
+		}
+		for off, b := range at {
+			if _, err := fh.WriteAt(b, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return diskDigest(t, p)
+	}
+	data := []byte("osb")
+	base := write("sparse", map[int64][]byte{5000: data, 40 << 20: data})
+	for name, tc := range map[string]struct {
+		at   map[int64][]byte
+		same bool
+	}{
+		"zeros written": {map[int64][]byte{0: make([]byte, 8<<20), 5000: data, 40 << 20: data, 60 << 20: make([]byte, 1<<20)}, true},
+		"byte changed":  {map[int64][]byte{5000: []byte("osc"), 40 << 20: data}, false},
+		"moved":         {map[int64][]byte{5001: data, 40 << 20: data}, false},
+		"byte added":    {map[int64][]byte{5000: data, 40 << 20: data, 64<<20 - 1: {1}}, false},
+		"byte missing":  {map[int64][]byte{5000: data}, false},
+	} {
+		if got := write(strings.ReplaceAll(name, " ", "-"), tc.at); (got == base) != tc.same {
+			t.Errorf("%s: digest %s, sparse original %s: want same=%v", name, got, base, tc.same)
+		}
+	}
 }

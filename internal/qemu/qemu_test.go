@@ -128,12 +128,17 @@ func TestFirstOf(t *testing.T) {
 
 // TestOVMFShellIsFailure boots OVMF with nothing to boot: it ends in the
 // UEFI shell, which WaitFor must report as a failure at once rather than
-// waiting for its deadline.
+// waiting for its deadline. The VM, started without Config.Monitor, also
+// has no monitor to connect to (for TestMonitorNeedsConfig).
 func TestOVMFShellIsFailure(t *testing.T) {
 	needQEMU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	vm := startT(t, ctx, Config{UEFI: true, MemoryMB: 256})
+	if mon, err := vm.Monitor(ctx); err == nil {
+		mon.Close()
+		t.Error("Monitor on a VM started without Config.Monitor")
+	}
 	start := time.Now()
 	_, err := vm.WaitFor(ctx, "this never appears")
 	if !errors.Is(err, ErrFailureMarker) {
