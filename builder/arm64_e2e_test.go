@@ -18,8 +18,9 @@ import (
 // The arm64 image of recipes/test-multiarch.yaml, built on this amd64 host
 // by `make test-image` (out/test-arm64), boots in qemu-system-aarch64:
 // the virt machine, the max CPU, AAVMF, under TCG. A boot takes minutes,
-// so make test boots two artifacts side by side (kernel + initrd and
-// disk.raw); OSB_ARM64_BOOTS=all adds the UKI on an ESP and the ISO.
+// so make test boots two artifacts side by side (kernel + initrd until
+// the init has its root, disk.raw to multi-user); OSB_ARM64_BOOTS=all adds
+// the UKI on an ESP and the ISO.
 const (
 	arm64OutputEnv = "OSB_TEST_ARM64_OUTPUT"
 	arm64BootsEnv  = "OSB_ARM64_BOOTS"
@@ -48,13 +49,13 @@ func allARM64Boots(t *testing.T) {
 	}
 }
 
-// bootARM64 boots cfg as an arm64 guest and logs how long multi-user took.
-func bootARM64(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
+// bootARM64 boots cfg as an arm64 guest to depth and logs how long it took.
+func bootARM64(t *testing.T, cfg qemu.Config, depth bootDepth, extra ...string) *qemu.VM {
 	t.Helper()
 	cfg.Arch = "arm64"
 	began := time.Now()
-	vm := bootAndExpect(t, cfg, extra...)
-	t.Logf("arm64 boot to multi-user: %v", time.Since(began).Round(time.Second))
+	vm := bootAndExpect(t, cfg, depth, extra...)
+	t.Logf("arm64 boot to %v: %v", depth, time.Since(began).Round(time.Second))
 	if strings.Contains(vm.Console(), "FAILED") {
 		t.Errorf("a unit failed:\n%s", vm.Tail(80))
 	}
@@ -62,10 +63,16 @@ func bootARM64(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 }
 
 // TestBootARM64KernelInitrd: the arm64 kernel and live initrd (arm64 init,
-// arm64 modules, the root image inside) reach multi-user.
+// arm64 modules, the root layers inside) boot on AAVMF until the init has
+// its root from memory. Multi-user of the same bytes is TestBootARM64Disk's:
+// checkLiveInitrdMatchesDisk proves that the disk's UKI carries this kernel
+// and this initrd's init, and its osb-root these root layers; memory mode's
+// overlay is the same Go code as amd64's, which TestBootLiveKernelInitrd
+// takes to multi-user.
 func TestBootARM64KernelInitrd(t *testing.T) {
 	t.Parallel()
 	out := arm64Output(t)
+	checkLiveInitrdMatchesDisk(t, out, "BOOTAA64.EFI")
 	cmdline, err := os.ReadFile(filepath.Join(out, "cmdline"))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +81,7 @@ func TestBootARM64KernelInitrd(t *testing.T) {
 		Kernel: filepath.Join(out, "vmlinuz"),
 		Initrd: filepath.Join(out, "initrd.img"),
 		Append: strings.TrimSpace(string(cmdline)),
-	}, "osb-init: starting: mode=memory root=initrd")
+	}, toRootReady, "osb-init: starting: mode=memory root=initrd")
 }
 
 // TestBootARM64Disk: disk.raw as built (EFI/BOOT/BOOTAA64.EFI on the ESP,
@@ -83,7 +90,7 @@ func TestBootARM64Disk(t *testing.T) {
 	t.Parallel()
 	out := arm64Output(t)
 	disk := copyDiskFrom(t, out, 0)
-	bootARM64(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root", "persist: data partition /dev/vda3 mounted")
+	bootARM64(t, qemu.Config{Disks: []string{disk}}, toMultiUser, "root=partlabel:osb-root", "persist: data partition /dev/vda3 mounted")
 }
 
 // TestBootARM64UKIFromESP: uki.efi (linuxaa64.efi.stub) as the removable
@@ -101,7 +108,7 @@ func TestBootARM64UKIFromESP(t *testing.T) {
 	if err := diskimage.Write(esp, diskimage.Options{Architecture: "arm64", UKI: filepath.Join(out, artifacts.FileUKI), Root: placeholder, Seed: "esp-test"}); err != nil {
 		t.Fatal(err)
 	}
-	bootARM64(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, "osb-init: starting: mode=memory root=initrd")
+	bootARM64(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, toMultiUser, "osb-init: starting: mode=memory root=initrd")
 }
 
 // TestBootARM64ISO: image.iso as a CD (virtio-scsi on the virt machine).
@@ -109,5 +116,5 @@ func TestBootARM64ISO(t *testing.T) {
 	t.Parallel()
 	allARM64Boots(t)
 	out := arm64Output(t)
-	bootARM64(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
+	bootARM64(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)}, toMultiUser)
 }

@@ -21,7 +21,50 @@ import (
 	"github.com/ironcore-dev/os-builder/internal/testutil"
 )
 
-func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
+// bootDepth is how far bootAndExpect follows a boot of the test image
+// before it returns. A test boots only as far as its own claims: multi-user
+// of the same bytes through the same firmware path is one test's proof,
+// not every test's (issue 28).
+type bootDepth int
+
+const (
+	// toMultiUser: extra, then testutil.TestImageMarkers: the init took
+	// its root, the test-hello layer's unit ran, its file and user are
+	// there, systemd reached multi-user.target.
+	toMultiUser bootDepth = iota
+	// toRootReady: extra, then the init's "root ready", printed just
+	// before it hands over to systemd (already there when extra holds a
+	// later line, e.g. the probe's "osb-probe: boots=N").
+	toRootReady
+	// toProbeDone: extra, root ready, then the persisted-path probe
+	// (os-builder-persist-probe.service, "osb-probe: boots=N") has synced:
+	// systemd's "Finished ... persisted-path probe." line, or multi-user
+	// (the target is ordered after the units it wants) when systemd no
+	// longer prints status because the serial getty holds the console.
+	// The disk file may be read or booted again once the VM is stopped.
+	toProbeDone
+)
+
+func (d bootDepth) String() string {
+	switch d {
+	case toMultiUser:
+		return "multi-user"
+	case toRootReady:
+		return "root ready"
+	case toProbeDone:
+		return "probe done"
+	}
+	return "depth " + strconv.Itoa(int(d))
+}
+
+// probeDone ends systemd's "Finished ... - os-builder persisted-path
+// probe." line (initrd/pid1 waits for the same line): "Starting" lines end
+// in "probe..." instead, and the serial console ends lines with "\r\n".
+const probeDone = "persisted-path probe.\r"
+
+// bootAndExpect boots cfg through UEFI and waits for extra and then what
+// depth names; the VM is stopped when the test ends.
+func bootAndExpect(t *testing.T, cfg qemu.Config, depth bootDepth, extra ...string) *qemu.VM {
 	t.Helper()
 	buildertest.RequireTools(t, cfg.Binary())
 	timeout := 8 * time.Minute
@@ -39,8 +82,24 @@ func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 		t.Fatal(err)
 	}
 	t.Cleanup(vm.Stop)
-	for _, want := range append(extra, testutil.TestImageMarkers...) {
-		if _, err := vm.WaitFor(ctx, want); err != nil {
+	waits := [][]string{}
+	for _, want := range extra {
+		waits = append(waits, []string{want})
+	}
+	switch depth {
+	case toMultiUser:
+		for _, want := range testutil.TestImageMarkers {
+			waits = append(waits, []string{want})
+		}
+	case toRootReady:
+		waits = append(waits, []string{testutil.RootReady})
+	case toProbeDone:
+		waits = append(waits, []string{testutil.RootReady}, []string{probeDone, testutil.MultiUser})
+	default:
+		t.Fatalf("bootAndExpect: unknown %v", depth)
+	}
+	for _, want := range waits {
+		if _, err := vm.WaitFor(ctx, want...); err != nil {
 			t.Fatalf("waiting for %q: %v", want, err)
 		}
 	}
@@ -49,7 +108,9 @@ func bootAndExpect(t *testing.T, cfg qemu.Config, extra ...string) *qemu.VM {
 
 // TestBootUKIFromESP boots uki.efi as the removable-media boot file of an
 // ESP: the firmware loads it, systemd-stub hands the embedded initrd and
-// command line to the kernel, and the OS runs from memory.
+// command line to the kernel, and the init takes its root from memory. It
+// stops there: the same uki.efi reaches multi-user in TestBootUKIOverHTTP
+// (the file) and TestBootISO (the file inside the ISO's ESP).
 func TestBootUKIFromESP(t *testing.T) {
 	t.Parallel()
 	out := testOutput(t)
@@ -62,7 +123,7 @@ func TestBootUKIFromESP(t *testing.T) {
 	if err := diskimage.Write(esp, diskimage.Options{UKI: filepath.Join(out, artifacts.FileUKI), Root: placeholder, Seed: "esp-test"}); err != nil {
 		t.Fatal(err)
 	}
-	bootAndExpect(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, "osb-init: starting: mode=memory root=initrd")
+	bootAndExpect(t, qemu.Config{Disks: []string{esp}, ExtraArgs: []string{"-snapshot"}}, toRootReady, "osb-init: starting: mode=memory root=initrd")
 }
 
 // copyDisk copies the built disk.raw sparsely (as dd conv=sparse would) to
@@ -93,14 +154,15 @@ func copyDiskFrom(t *testing.T, out string, grow int64) string {
 // UKI carries a slim initrd whose init takes the root image from the
 // osb-root partition and the persisted paths from the osb-data partition
 // the image ships. A second boot of the same file sees the first one's
-// data.
+// data; it stops at the probe's count, the first boot having taken this
+// disk.raw to multi-user.
 func TestBootDisk(t *testing.T) {
 	t.Parallel()
 	disk := copyDisk(t, 0)
-	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "root=partlabel:osb-root",
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, toMultiUser, "root=partlabel:osb-root",
 		"persist: data partition /dev/vda3 mounted", "osb-probe: boots=1")
 	vm.Stop()
-	vm = bootAndExpect(t, qemu.Config{Disks: []string{disk}}, "osb-probe: boots=2")
+	vm = bootAndExpect(t, qemu.Config{Disks: []string{disk}}, toRootReady, "osb-probe: boots=2")
 	for _, bad := range []string{"WARNING", "creating osb-data", "persist: grew", "persist: moved"} {
 		if strings.Contains(vm.Console(), "osb-init: "+bad) {
 			t.Errorf("a disk of the image's size printed %q", bad)
@@ -110,13 +172,15 @@ func TestBootDisk(t *testing.T) {
 
 // TestBootDiskGrows boots disk.raw copied onto a bigger disk, as a server
 // or a resized VM disk has it: the init moves the backup GPT to the end,
-// grows osb-data to the end of the disk and its file system with it.
+// grows osb-data to the end of the disk and its file system with it. The
+// boot stops once the probe has counted it and synced: its claims are the
+// init's, and TestBootDisk takes disk.raw to multi-user.
 func TestBootDiskGrows(t *testing.T) {
 	t.Parallel()
 	const grow = 1 << 30
 	disk := copyDisk(t, grow)
 	grown := fmt.Sprintf("256 -> %d MiB", 256+grow>>20)
-	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}},
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{disk}}, toProbeDone,
 		"persist: moved the backup GPT of /dev/vda",
 		"persist: grew osb-data (partition 3 of /dev/vda) to the end of the disk: "+grown,
 		"persist: grew the file system on /dev/vda3: "+grown,
@@ -176,10 +240,11 @@ func noDataDisk(t *testing.T) string {
 // TestBootDiskWithoutDataPartition: no data partition and no room for one
 // (recipe disk.dataSizeMiB: 0 on a disk of the image's size): the OS boots
 // with the persisted paths on tmpfs and says so loudly, on the console
-// and, at warning priority, in the journal (kernel log).
+// and, at warning priority, in the journal (kernel log). Every line of it
+// is printed before multi-user, so the boot stops at the probe's count.
 func TestBootDiskWithoutDataPartition(t *testing.T) {
 	t.Parallel()
-	vm := bootAndExpect(t, qemu.Config{Disks: []string{noDataDisk(t)}},
+	vm := bootAndExpect(t, qemu.Config{Disks: []string{noDataDisk(t)}}, toRootReady,
 		"osb-init: WARNING: persist: ",
 		"/var/lib/osb-persist-test are on tmpfs this boot",
 		"osb-probe: boots=1")
@@ -234,7 +299,7 @@ func TestBootDiskPersistRequired(t *testing.T) {
 func TestBootISO(t *testing.T) {
 	t.Parallel()
 	out := testOutput(t)
-	bootAndExpect(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)})
+	bootAndExpect(t, qemu.Config{CDROM: filepath.Join(out, artifacts.FileISO)}, toMultiUser)
 }
 
 // TestBootUKIOverHTTP boots uki.efi through OVMF's native UEFI HTTP boot,
@@ -262,7 +327,7 @@ func TestBootUKIOverHTTP(t *testing.T) {
 			NoROM:        true,
 			HTTPBootOnly: true,
 		},
-	})
+	}, toMultiUser)
 	select {
 	case f := <-fetched:
 		if !strings.HasSuffix(f, "/boot/uki.efi") {

@@ -84,10 +84,14 @@ func TestHypervisorBootNoNIC(t *testing.T) {
 // TestHypervisorBootLinkDown boots the hypervisor image with a NIC whose
 // cable is out (QMP set_link off before the firmware runs) and a config
 // URL on the kernel command line: the node finishes booting and says it
-// waits for a link to fetch its config; once the cable is in, ignition
-// fetches and applies the config by itself and libvirt-provider starts
-// (its /healthz answers through a host port forward), machinepoollet then
-// waits for its API server, and no unit failed.
+// waits for a link to fetch its config, and libvirt-provider does not
+// answer (its /healthz, through a host port forward); once the cable is
+// in, ignition fetches and applies the config by itself, libvirt-provider
+// is done waiting for its configuration and machinepoollet waits for its
+// API server. What the applied config then runs (the provider healthy, the
+// autologin drop-in, no failed unit) is TestBootOperatorIPXE's
+// checkHypervisorServices on the same kernel + initrd with the same
+// ignition config (nodeIgnition), so the test ends here.
 func TestHypervisorBootLinkDown(t *testing.T) {
 	t.Parallel()
 	out := hypervisorOutput(t)
@@ -141,31 +145,7 @@ func TestHypervisorBootLinkDown(t *testing.T) {
 		"libvirt-provider: done waiting for configuration",
 		"machinepoollet: waiting for API server at https://10.0.2.2:",
 	)
-	// libvirt-provider probes libvirt when it starts (slow under TCG).
-	for code := 0; code != http.StatusOK; code = httpStatus(health) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("libvirt-provider's /healthz never answered 200 after the link came up (last %d)", code)
-		case <-time.After(3 * time.Second):
-		}
-	}
-	t.Logf("libvirt-provider healthy %v after the link came up", time.Since(linkUp).Round(time.Second))
-
-	// The config's autologin drop-in took effect (getty restarted): check
-	// the units from inside.
-	waitAll(t, ctx, vm, "root@hv-e2e")
-	got := consoleChecks(t, ctx, vm, []consoleCheck{
-		{"provider", "systemctl is-active libvirt-provider"},
-		{"poollet", "systemctl is-active machinepoollet"},
-		{"fetch", "systemctl is-active osb-ignition-fetch"},
-		{"failed", "systemctl list-units --failed --no-legend --plain | wc -l"},
-		{"failed-units", "systemctl list-units --failed --no-legend --plain | tr '\\n' ' '"},
-	})
-	for name, want := range map[string]string{"provider": "active", "poollet": "active", "fetch": "inactive", "failed": "0"} {
-		if got[name] != want {
-			t.Errorf("%s = %q, want %q", name, got[name], want)
-		}
-	}
+	t.Logf("config applied and services configured %v after the link came up", time.Since(linkUp).Round(time.Second))
 }
 
 // consoleLine is the first console line holding s.

@@ -55,5 +55,5 @@ func TestTrixieBuildsAndBoots(t *testing.T) {
 		Kernel: filepath.Join(out, artifacts.FileKernel),
 		Initrd: filepath.Join(out, artifacts.FileInitrd),
 		Append: m.Cmdline,
-	}, "Debian GNU/Linux 13")
+	}, toMultiUser, "Debian GNU/Linux 13")
 }
