@@ -176,6 +176,11 @@ func Start(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	record, asked := cfg.describe(), time.Now()
 	held := takeReservation()
+	if held != nil && !strings.Contains(record.Test, ".Test") {
+		// Started off the test's stack (a BMC emulator's goroutine): the
+		// guest is the reserving test's.
+		record.Test = held.reserved.test
+	}
 	if held == nil {
 		var err error
 		if held, err = waitSlot(ctx); err != nil {

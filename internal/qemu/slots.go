@@ -61,6 +61,7 @@ func (s *slot) release() {
 // clocks start. Start in that process takes a free reservation before it
 // waits for a slot of its own, and gives it back when the guest ends.
 type reservation struct {
+	test     string // who reserved it: the boot log's name for its guests
 	mu       sync.Mutex
 	s        *slot
 	inUse    bool
@@ -81,7 +82,7 @@ func Reserve(ctx context.Context) (release func(), err error) {
 	if err != nil || s == nil {
 		return func() {}, err
 	}
-	r := &reservation{s: s}
+	r := &reservation{s: s, test: callerTest()}
 	s.reserved = r
 	reservations.Lock()
 	reservations.free = append(reservations.free, r)
