@@ -72,7 +72,9 @@ func (cfg *Config) describe() BootRecord {
 	}
 	if n := cfg.Net; n != nil && n.BootFile != "" {
 		switch {
-		case n.ROMFile != "" && !n.NoROM:
+		case n.ROMFile != "" && !n.NoROM, !cfg.UEFI && r.Arch == "amd64":
+			// SeaBIOS boots the network only through the NIC's iPXE ROM
+			// (QEMU's own when ROMFile is empty).
 			r.Firmware += "+ipxe"
 		case strings.HasPrefix(n.BootFile, "http"):
 			r.Firmware += "+http"
@@ -118,7 +120,8 @@ func callerTest() string {
 			pkg, fn := f.Function[:slash+dot], f.Function[slash+dot+1:]
 			if strings.HasPrefix(fn, "Test") || strings.HasPrefix(fn, "Benchmark") {
 				fn, _, _ = strings.Cut(fn, ".") // a subtest's closure names its test
-				name = strings.TrimPrefix(pkg, module+"/") + "." + fn
+				// An external test package (pkg_test) is its package's.
+				name = strings.TrimSuffix(strings.TrimPrefix(pkg, module+"/"), "_test") + "." + fn
 			}
 		}
 		if !more {

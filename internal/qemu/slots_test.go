@@ -128,7 +128,8 @@ func TestDescribe(t *testing.T) {
 		{Config{UEFI: true, SecureBoot: true, CDROM: "/o/image.iso"}, "ovmf-secureboot", "o/image.iso", "amd64"},
 		{Config{UEFI: true, Net: &NetConfig{BootFile: "http://10.0.2.2:8080/a/uki.efi?t=1", NoROM: true}}, "ovmf+http", "a/uki.efi", "amd64"},
 		{Config{Machine: "pc", Net: &NetConfig{BootFile: "http://10.0.2.2/boot.ipxe", ROMFile: "/usr/lib/ipxe/qemu/pxe-virtio.rom"}}, "seabios+ipxe", "boot.ipxe", "amd64"},
-		{Config{Net: &NetConfig{BootFile: "pxelinux.0", TFTPDir: "/t"}}, "seabios+pxe", "pxelinux.0", "amd64"},
+		{Config{Machine: "pc", Net: &NetConfig{BootFile: "http://10.0.2.2/ipxe"}}, "seabios+ipxe", "ipxe", "amd64"},
+		{Config{UEFI: true, Net: &NetConfig{BootFile: "pxelinux.0", TFTPDir: "/t", NoROM: true}}, "ovmf+pxe", "pxelinux.0", "amd64"},
 		{Config{Arch: "arm64", UEFI: true, Kernel: "/o/vmlinuz", Initrd: "/o/initrd.img", Disks: []string{"/d"}}, "aavmf+kernel", "o/vmlinuz o/initrd.img d", "arm64"},
 	} {
 		r := tc.cfg.describe()
