@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,7 +49,7 @@ func (s *slot) release() {
 	if s == nil {
 		return
 	}
-	if s.reserved != nil && s.reserved.giveBack(s) {
+	if s.reserved != nil && s.reserved.giveBack() {
 		return
 	}
 	s.f.Close() // closing drops the flock
@@ -62,13 +63,13 @@ func (s *slot) release() {
 // waits for a slot of its own, and gives it back when the guest ends.
 type reservation struct {
 	test     string // who reserved it: the boot log's name for its guests
-	mu       sync.Mutex
 	s        *slot
-	inUse    bool
-	released bool
+	inUse    bool // a guest holds the slot
+	released bool // the test is done: close the slot when no guest holds it
 }
 
-// reservations are this process's free reservations.
+// reservations are this process's reservations not in use; its mutex
+// guards every reservation's fields (one lock: no order to get wrong).
 var reservations = struct {
 	sync.Mutex
 	free []*reservation
@@ -94,45 +95,41 @@ func Reserve(ctx context.Context) (release func(), err error) {
 func takeReservation() *slot {
 	reservations.Lock()
 	defer reservations.Unlock()
-	for len(reservations.free) > 0 {
-		r := reservations.free[len(reservations.free)-1]
-		reservations.free = reservations.free[:len(reservations.free)-1]
-		r.mu.Lock()
-		if !r.released {
-			r.inUse = true
-			r.mu.Unlock()
-			return r.s
-		}
-		r.mu.Unlock()
+	n := len(reservations.free)
+	if n == 0 {
+		return nil
 	}
-	return nil
+	r := reservations.free[n-1]
+	reservations.free = reservations.free[:n-1]
+	r.inUse = true
+	return r.s
 }
 
 // giveBack returns the slot to the free reservations when the guest ends;
 // false when the reservation was released meanwhile (the slot closes).
-func (r *reservation) giveBack(s *slot) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (r *reservation) giveBack() bool {
+	reservations.Lock()
+	defer reservations.Unlock()
 	r.inUse = false
 	if r.released {
 		return false
 	}
-	reservations.Lock()
 	reservations.free = append(reservations.free, r)
-	reservations.Unlock()
 	return true
 }
 
 func (r *reservation) release() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	reservations.Lock()
+	defer reservations.Unlock()
 	if r.released {
 		return
 	}
 	r.released = true
-	if !r.inUse {
-		r.s.f.Close() // a guest using it closes it when it ends
+	if r.inUse {
+		return // the guest using it closes it when it ends
 	}
+	reservations.free = slices.DeleteFunc(reservations.free, func(x *reservation) bool { return x == r })
+	r.s.f.Close()
 }
 
 // slotCount is the cap in force: SlotsEnv, else the CPUs.

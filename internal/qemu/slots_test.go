@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -50,7 +51,8 @@ func oneSlot(t *testing.T) (kill func()) {
 		cmd.Process.Kill()
 		t.Fatalf("holder said %q", line)
 	}
-	kill = func() { cmd.Process.Kill(); cmd.Wait() }
+	var once sync.Once // a test's timer and its clean-up both kill
+	kill = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
 	t.Cleanup(kill)
 	return kill
 }
